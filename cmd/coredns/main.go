@@ -1,0 +1,18 @@
+// Command coredns is CoreDNS with every in-tree plugin and the coresteer plugins, placed in the
+// chain by plugin/pkg/chain.
+package main
+
+import (
+	"github.com/coredns/caddy"
+	_ "github.com/coredns/coredns/core/plugin" // Every in-tree CoreDNS plugin.
+	"github.com/coredns/coredns/coremain"
+
+	"github.com/coresteer/coresteer/plugin/pkg/chain"
+	"github.com/coresteer/coresteer/plugin/pkg/version"
+)
+
+func main() {
+	chain.Install()
+	caddy.AppVersion = coremain.CoreVersion + " (" + version.String() + ")"
+	coremain.Run()
+}
