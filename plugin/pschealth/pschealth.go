@@ -1,0 +1,76 @@
+// Package pschealth implements composite service health for cross-region failover: aggregation
+// policies over the backends of a service (P-1), health sources (P-2), composite checks (P-3)
+// whose state is published on the health board under a destination address (P-4), where
+// routingpolicy and outbound see it like any health-checked address.
+//
+// pschealth answers no query: its handler passes every query on. It reads the state of the
+// backends that healthcheck probes, recomputes when the board tells it something changed, and
+// writes the composite state under the destination.
+package pschealth
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coredns/coredns/plugin"
+	clog "github.com/coredns/coredns/plugin/pkg/log"
+	"github.com/coresteer/coresteer/plugin/pkg/health"
+
+	"github.com/miekg/dns"
+)
+
+var log = clog.NewWithPlugin(pluginName)
+
+// PSCHealth computes and publishes the composite checks of one pschealth configuration.
+type PSCHealth struct {
+	cfg    *Config
+	board  *health.Board
+	memory *health.Board // dry-run states, kept across reloads like the real ones
+
+	mu      sync.Mutex // guards the lifecycle fields below
+	running bool
+	srcs    []*sourceRun
+	comps   []*compositeRun
+	watched map[health.Key]bool
+	cancel  func()
+	wake    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+
+	ready atomic.Bool
+
+	Next plugin.Handler
+}
+
+// New returns a PSCHealth for cfg that reads and writes board. Nothing runs before OnStartup.
+func New(cfg *Config, board *health.Board) *PSCHealth {
+	return &PSCHealth{cfg: cfg, board: board, memory: memoryOf(board)}
+}
+
+// ServeDNS passes the query on: pschealth only writes health state.
+func (p *PSCHealth) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+	return plugin.NextOrFailure(p.Name(), p.Next, ctx, w, r)
+}
+
+// Name implements plugin.Handler.
+func (p *PSCHealth) Name() string { return pluginName }
+
+// memories holds, per board, the board of dry-run composite states, so a reload does not
+// forget (and log again) what a dry run had computed (H-4).
+var memories = struct {
+	sync.Mutex
+	m map[*health.Board]*health.Board
+}{m: map[*health.Board]*health.Board{}}
+
+func memoryOf(b *health.Board) *health.Board {
+	memories.Lock()
+	defer memories.Unlock()
+	if m, ok := memories.m[b]; ok {
+		return m
+	}
+	m := health.NewBoard(time.Now)
+	memories.m[b] = m
+	return m
+}

@@ -1,0 +1,221 @@
+package pschealth
+
+import (
+	"github.com/coresteer/coresteer/plugin/pkg/health"
+)
+
+// sourceRun is a source at run time: its backend targets and its metric series.
+type sourceRun struct {
+	src      *Source
+	targets  []*health.Target
+	state    stateGauges
+	backends stateGauges
+	verdict  verdict
+}
+
+// compositeRun is a composite at run time.
+type compositeRun struct {
+	comp      *Composite
+	sources   []*sourceRun
+	target    *health.Target // on the board, or on the memory board when not published
+	board     *health.Board  // where target lives
+	real      *health.Target // the destination on the board, held to detect other writers
+	published bool
+	dryRun    bool
+	state     stateGauges
+	verdicts  []verdict
+	states    []health.State
+}
+
+// OnStartup acquires the backends and destinations, publishes the destinations (unless
+// dry_run), computes every composite once and then recomputes whenever the board reports a
+// change of a backend (no polling). A reload acquires here before the old instance releases in
+// its OnShutdown, so backend and composite states survive it (H-4).
+func (p *PSCHealth) OnStartup() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.running {
+		return nil
+	}
+	p.running = true
+	p.watched = map[health.Key]bool{}
+
+	runs := map[*Source]*sourceRun{}
+	for _, s := range p.cfg.Sources {
+		r := &sourceRun{src: s}
+		for _, k := range s.Backends {
+			r.targets = append(r.targets, p.board.Acquire(k))
+			p.watched[k] = true
+		}
+		retainSeries("source", s.Name)
+		r.state = newStateGauges(sourceState, s.Name)
+		r.backends = newStateGauges(sourceBackends, s.Name)
+		sourceMinHealthy.WithLabelValues(s.Name).Set(float64(s.Policy.MinCount))
+		sourceMinHealthyPercent.WithLabelValues(s.Name).Set(float64(s.Policy.MinPercent))
+		runs[s] = r
+		p.srcs = append(p.srcs, r)
+	}
+
+	for _, comp := range p.cfg.Composites {
+		r := &compositeRun{comp: comp, dryRun: p.cfg.DryRun}
+		for _, s := range comp.Sources {
+			r.sources = append(r.sources, runs[s])
+		}
+		r.verdicts = make([]verdict, len(r.sources))
+		r.states = make([]health.State, len(r.sources))
+		r.real = p.board.Acquire(comp.Key())
+		dest := comp.Destination.String()
+		if !p.cfg.DryRun {
+			r.published = publish(p.board, r.real)
+			if !r.published {
+				log.Errorf("Destination %s of composite %q is already published by another writer (a healthcheck loadbalancer VIP?): "+
+					"a destination and a VIP must not share an address; computing the composite without publishing it", dest, comp.Name)
+			}
+		}
+		if r.published {
+			r.target, r.board = r.real, p.board
+		} else {
+			r.target, r.board = p.memory.Acquire(comp.Key()), p.memory
+		}
+		retainSeries("composite", comp.Name)
+		r.state = newStateGauges(compositeState, comp.Name, dest)
+		pub := 0.0
+		if r.published {
+			pub = 1
+		}
+		compositePublished.WithLabelValues(comp.Name, dest).Set(pub)
+		p.comps = append(p.comps, r)
+	}
+
+	p.wake = make(chan struct{}, 1)
+	p.stop = make(chan struct{})
+	p.done = make(chan struct{})
+	watched, wake := p.watched, p.wake
+	// Subscribe before the first computation, so a change in between wakes the loop.
+	p.cancel = p.board.Subscribe(func(c health.Change) {
+		if watched[c.Key] {
+			select {
+			case wake <- struct{}{}:
+			default: // a recomputation is pending already and will see this change
+			}
+		}
+	})
+	p.evaluate()
+	go p.loop(p.wake, p.stop, p.done)
+	return nil
+}
+
+// loop recomputes on every wake-up. Subscribers run on the board writer's goroutine and may not
+// block nor write the board, so the work happens here.
+func (p *PSCHealth) loop(wake, stop, done chan struct{}) {
+	defer close(done)
+	for {
+		select {
+		case <-stop:
+			return
+		case <-wake:
+			p.evaluate()
+		}
+	}
+}
+
+// OnShutdown stops the loop, unpublishes the destinations and releases every target. A
+// destination nobody publishes any more goes back to Unknown, so a consumer that still holds it
+// serves it (H-2) instead of keeping a stale Unhealthy.
+func (p *PSCHealth) OnShutdown() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.running {
+		return nil
+	}
+	p.running = false
+	p.cancel()
+	close(p.stop)
+	<-p.done
+	p.ready.Store(false)
+
+	for _, r := range p.comps {
+		if r.published {
+			if unpublish(p.board, r.real) {
+				p.board.Set(r.real, health.Unknown, "no longer published by pschealth")
+			}
+		} else {
+			p.memory.Release(r.target)
+		}
+		p.board.Release(r.real)
+		releaseSeries("composite", r.comp.Name)
+	}
+	for _, r := range p.srcs {
+		for _, t := range r.targets {
+			p.board.Release(t)
+		}
+		releaseSeries("source", r.src.Name)
+	}
+	p.srcs, p.comps, p.watched = nil, nil, nil
+	return nil
+}
+
+// evaluate recomputes every source and composite from the backend states and writes the
+// composites whose state changed. It runs in OnStartup and then only in loop.
+func (p *PSCHealth) evaluate() {
+	for _, r := range p.srcs {
+		var t Tally
+		for _, bt := range r.targets {
+			switch bt.State() {
+			case health.Healthy:
+				t.Healthy++
+			case health.Unhealthy:
+				t.Unhealthy++
+			default:
+				t.Unknown++
+			}
+		}
+		r.verdict = verdict{src: r.src, tally: t, state: r.src.Policy.Evaluate(t)}
+		r.state.set(r.verdict.state.String())
+		r.backends[0].Set(float64(t.Healthy))
+		r.backends[1].Set(float64(t.Unhealthy))
+		r.backends[2].Set(float64(t.Unknown))
+	}
+
+	decided := true
+	for _, r := range p.comps {
+		for i, s := range r.sources {
+			r.verdicts[i] = s.verdict
+			r.states[i] = s.verdict.state
+		}
+		state := Combine(r.states)
+		r.state.set(state.String())
+		if state == health.Unknown {
+			decided = false
+		}
+		old := r.target.State()
+		if old == state {
+			continue
+		}
+		why := cause(state, r.verdicts)
+		if !r.board.Set(r.target, state, why) {
+			continue // another instance (a reload in progress) wrote it first
+		}
+		compositeChanges.WithLabelValues(r.comp.Name, state.String()).Inc()
+		p.logChange(r, old, state, why)
+	}
+	p.ready.Store(decided)
+}
+
+// logChange writes one line per composite state change, naming the sources and the thresholds
+// that caused it (P-6).
+func (p *PSCHealth) logChange(r *compositeRun, old, state health.State, why string) {
+	name, dest := r.comp.Name, r.comp.Destination
+	switch {
+	case r.published:
+		if state == health.Unhealthy {
+			log.Warningf("Composite %q (destination %s) is unhealthy, was %s: %s", name, dest, old, why)
+			return
+		}
+		log.Infof("Composite %q (destination %s) is %s, was %s: %s", name, dest, state, old, why)
+	case r.dryRun:
+		log.Infof("Dry run: composite %q (destination %s) would be %s, was %s (not published): %s", name, dest, state, old, why)
+	default:
+		log.Infof("Composite %q (destination %s) would be %s, was %s (not published: another writer owns the address): %s", name, dest, state, old, why)
+	}
+}
