@@ -1,0 +1,44 @@
+# coresteer: CoreDNS with the routingpolicy, outbound, healthcheck and pschealth plugins.
+
+GO          ?= go
+BIN         := bin/coredns
+TOOLS       := $(CURDIR)/bin/tools
+PORT        ?= 1053
+VERSION     := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS     := -X github.com/coresteer/coresteer/plugin/pkg/version.Version=$(VERSION)
+GOLANGCI    := $(TOOLS)/golangci-lint
+GOLANGCI_V  := v2.15.0
+TEST_FLAGS  ?= -race -timeout 20m
+
+.PHONY: build run test vet lint unit bench demo clean
+
+## build: the custom coredns binary, at bin/coredns.
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/coredns
+
+## run: build, then serve Corefile.example on 127.0.0.1:$(PORT) (no root needed).
+run: build
+	$(BIN) -conf Corefile.example
+
+## test: vet, lint, then every test with the race detector (README snippets included).
+test: vet lint unit
+
+vet:
+	$(GO) vet ./...
+
+unit:
+	$(GO) test $(TEST_FLAGS) ./...
+
+## lint: golangci-lint v2 with a configuration close to CoreDNS's own.
+lint: $(GOLANGCI)
+	$(GOLANGCI) run ./...
+
+$(GOLANGCI):
+	GOBIN=$(TOOLS) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_V)
+
+## bench: the Go benchmarks of every hot path, short.
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2000x ./...
+
+clean:
+	rm -rf bin

@@ -1,0 +1,265 @@
+package health
+
+import (
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+)
+
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func newTestBoard() (*Board, *fakeClock) {
+	c := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	return NewBoard(c.now), c
+}
+
+var addr1 = netip.MustParseAddr("192.0.2.1")
+
+// H-1: states Unknown, Healthy, Unhealthy with the time and reason of the last change.
+func TestStatesWithTimeAndReason(t *testing.T) {
+	b, clock := newTestBoard()
+	tg := b.Acquire(Key{Check: "web", Addr: addr1})
+	if got := tg.State(); got != Unknown {
+		t.Fatalf("new target state = %v, want unknown", got)
+	}
+	start := tg.Status().Since
+
+	clock.advance(time.Minute)
+	if !b.Set(tg, Healthy, "3/3 regions healthy") {
+		t.Fatal("Set to healthy reported no change")
+	}
+	st := tg.Status()
+	if st.State != Healthy || st.Reason != "3/3 regions healthy" || !st.Since.Equal(start.Add(time.Minute)) {
+		t.Fatalf("status = %+v", st)
+	}
+
+	// The same state again keeps the time and reason of the last change.
+	clock.advance(time.Minute)
+	if b.Set(tg, Healthy, "again") {
+		t.Fatal("Set to the same state reported a change")
+	}
+	if st2 := tg.Status(); st2 != st {
+		t.Fatalf("status changed on a repeated state: %+v -> %+v", st, st2)
+	}
+
+	clock.advance(time.Minute)
+	b.Set(tg, Unhealthy, "connection refused")
+	if st := tg.Status(); st.State != Unhealthy || st.Reason != "connection refused" || !st.Since.Equal(start.Add(3*time.Minute)) {
+		t.Fatalf("status = %+v", st)
+	}
+}
+
+// H-2: Unknown is served as healthy; Decided tells readiness whether a verdict came.
+func TestUnknownIsServed(t *testing.T) {
+	b, _ := newTestBoard()
+	tg := b.Acquire(Key{Check: "web", Addr: addr1})
+	if !tg.Healthy() {
+		t.Fatal("unknown target is not served")
+	}
+	if tg.Decided() {
+		t.Fatal("unknown target counts as decided")
+	}
+	b.Set(tg, Unhealthy, "down")
+	if tg.Healthy() || !tg.Decided() {
+		t.Fatalf("unhealthy target: healthy=%v decided=%v", tg.Healthy(), tg.Decided())
+	}
+	b.Set(tg, Healthy, "up")
+	if !tg.Healthy() {
+		t.Fatal("healthy target not served")
+	}
+}
+
+// H-3: every consumer of one (check, address) shares one target.
+func TestOneTargetPerKey(t *testing.T) {
+	b, _ := newTestBoard()
+	k := Key{Check: "web", Addr: addr1}
+	t1 := b.Acquire(k)
+	t2 := b.Acquire(k)
+	if t1 != t2 {
+		t.Fatal("two acquisitions of one key gave two targets")
+	}
+	if other := b.Acquire(Key{Check: "tcp", Addr: addr1}); other == t1 {
+		t.Fatal("another check on the same address shares the target")
+	}
+	if lb := b.Acquire(Key{Addr: addr1}); lb == t1 {
+		t.Fatal("the derived key shares the probed target")
+	}
+	if port := b.Acquire(Key{Check: "web", Addr: addr1, Port: 8080}); port == t1 {
+		t.Fatal("a target with its own port shares the check-port target")
+	}
+}
+
+// H-4: a reload acquires before it releases, so verdicts survive; the last release drops the target.
+func TestReloadKeepsState(t *testing.T) {
+	b, _ := newTestBoard()
+	k := Key{Check: "web", Addr: addr1}
+	old := b.Acquire(k)
+	b.Set(old, Unhealthy, "down")
+
+	// New instance starts, then the old one shuts down.
+	next := b.Acquire(k)
+	b.Release(old)
+	if next.State() != Unhealthy {
+		t.Fatalf("state after reload = %v, want unhealthy", next.State())
+	}
+	if b.Lookup(k) != next {
+		t.Fatal("target gone after reload")
+	}
+
+	b.Release(next)
+	if b.Lookup(k) != nil {
+		t.Fatal("target still on the board after its last release")
+	}
+	if again := b.Acquire(k); again.State() != Unknown {
+		t.Fatalf("a target removed and added again starts %v, want unknown", again.State())
+	}
+}
+
+func TestCheckedFollowsPublishers(t *testing.T) {
+	b, _ := newTestBoard()
+	tg := b.Acquire(Key{Addr: addr1})
+	if tg.Checked() {
+		t.Fatal("unpublished target counts as checked")
+	}
+	b.Publish(tg)
+	b.Publish(tg)
+	b.Unpublish(tg)
+	if !tg.Checked() {
+		t.Fatal("target with one publisher left is not checked")
+	}
+	b.Unpublish(tg)
+	if tg.Checked() {
+		t.Fatal("target with no publisher counts as checked")
+	}
+}
+
+func TestSubscribe(t *testing.T) {
+	b, _ := newTestBoard()
+	tg := b.Acquire(Key{Check: "web", Addr: addr1})
+	var got []Change
+	cancel := b.Subscribe(func(c Change) { got = append(got, c) })
+	b.Set(tg, Healthy, "up")
+	b.Set(tg, Healthy, "up again")
+	b.Set(tg, Unhealthy, "down")
+	cancel()
+	b.Set(tg, Healthy, "up")
+	if len(got) != 2 {
+		t.Fatalf("got %d changes, want 2: %+v", len(got), got)
+	}
+	if got[1].Old.State != Healthy || got[1].New.State != Unhealthy || got[1].Key != tg.Key() {
+		t.Fatalf("second change = %+v", got[1])
+	}
+}
+
+func TestSnapshotSorted(t *testing.T) {
+	b, _ := newTestBoard()
+	b.Acquire(Key{Check: "web", Addr: netip.MustParseAddr("192.0.2.2")})
+	b.Acquire(Key{Check: "web", Addr: addr1})
+	b.Acquire(Key{Addr: netip.MustParseAddr("198.51.100.1")})
+	s := b.Snapshot()
+	want := []string{"198.51.100.1", "web/192.0.2.1", "web/192.0.2.2"}
+	if len(s) != len(want) {
+		t.Fatalf("snapshot has %d entries, want %d", len(s), len(want))
+	}
+	for i, e := range s {
+		if e.Key.String() != want[i] {
+			t.Errorf("entry %d = %s, want %s", i, e.Key, want[i])
+		}
+	}
+}
+
+// H-5: readers never block on writers; run with -race.
+func TestConcurrentReadersAndWriters(t *testing.T) {
+	b, _ := newTestBoard()
+	keys := make([]Key, 16)
+	targets := make([]*Target, len(keys))
+	for i := range keys {
+		keys[i] = Key{Check: "web", Addr: netip.AddrFrom4([4]byte{192, 0, 2, byte(i)})}
+		targets[i] = b.Acquire(keys[i])
+	}
+	cancel := b.Subscribe(func(Change) {})
+	defer cancel()
+
+	stop := make(chan struct{})
+	var writers sync.WaitGroup
+	for w := range 4 {
+		writers.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				tg := targets[(i+w)%len(targets)]
+				if i%2 == 0 {
+					b.Set(tg, Healthy, "up")
+				} else {
+					b.Set(tg, Unhealthy, "down")
+				}
+				// Churn references the way reloads do.
+				extra := b.Acquire(keys[i%len(keys)])
+				b.Release(extra)
+			}
+		})
+	}
+	var readers sync.WaitGroup
+	for range 4 {
+		readers.Go(func() {
+			for i := range 100000 {
+				tg := targets[i%len(targets)]
+				_ = tg.Healthy()
+				_ = tg.Checked()
+				_ = tg.Status()
+				if b.Lookup(keys[i%len(keys)]) != tg {
+					t.Error("lookup returned another target while it was held")
+					return
+				}
+			}
+		})
+	}
+	readers.Wait()
+	close(stop)
+	writers.Wait()
+}
+
+func BenchmarkTargetHealthy(b *testing.B) {
+	board := NewBoard(time.Now)
+	tg := board.Acquire(Key{Check: "web", Addr: addr1})
+	board.Set(tg, Healthy, "up")
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if !tg.Healthy() || tg.Checked() {
+				b.Fatal("wrong state")
+			}
+		}
+	})
+}
+
+func BenchmarkLookup(b *testing.B) {
+	board := NewBoard(time.Now)
+	k := Key{Check: "web", Addr: addr1}
+	board.Acquire(k)
+	b.ReportAllocs()
+	for b.Loop() {
+		if board.Lookup(k) == nil {
+			b.Fatal("missing")
+		}
+	}
+}

@@ -1,0 +1,28 @@
+package readme
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestSnippets(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "README.md")
+	doc := "# x\n\n~~~ corefile\nexample.org {\n    whoami\n}\n~~~\n\n~~~ txt\nnot this\n~~~\n\n~~~corefile\n. {\n}\n~~~\n"
+	if err := os.WriteFile(p, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Snippets(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s) != 2 || s[0].Line != 4 || s[0].Text != "example.org {\n    whoami\n}\n" || s[1].Text != ". {\n}\n" {
+		t.Fatalf("snippets = %+v", s)
+	}
+	if err := os.WriteFile(p, []byte("~~~ corefile\n. {\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Snippets(p); err == nil {
+		t.Fatal("an unclosed block was accepted")
+	}
+}
