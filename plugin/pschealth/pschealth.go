@@ -40,6 +40,9 @@ type PSCHealth struct {
 	done    chan struct{}
 
 	ready atomic.Bool
+	// seen counts the backend changes notified, evaluated the count the last evaluation had
+	// seen when it started: evaluated >= seen means every change so far is reflected.
+	seen, evaluated atomic.Int64
 
 	Next plugin.Handler
 }

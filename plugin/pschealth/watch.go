@@ -94,6 +94,7 @@ func (p *PSCHealth) OnStartup() error {
 	// Subscribe before the first computation, so a change in between wakes the loop.
 	p.cancel = p.board.Subscribe(func(c health.Change) {
 		if watched[c.Key] {
+			p.seen.Add(1)
 			select {
 			case wake <- struct{}{}:
 			default: // a recomputation is pending already and will see this change
@@ -158,6 +159,8 @@ func (p *PSCHealth) OnShutdown() error {
 // evaluate recomputes every source and composite from the backend states and writes the
 // composites whose state changed. It runs in OnStartup and then only in loop.
 func (p *PSCHealth) evaluate() {
+	seen := p.seen.Load()
+	defer p.evaluated.Store(seen)
 	for _, r := range p.srcs {
 		var t Tally
 		for _, bt := range r.targets {
