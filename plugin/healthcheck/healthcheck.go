@@ -1,0 +1,36 @@
+// Package healthcheck implements the healthcheck plugin: named TCP, HTTP and HTTPS checks run
+// from several prober regions, and load-balancer groups whose virtual IP derives its health
+// from its backends. Verdicts are written to the process-wide health board (plugin/pkg/health),
+// which routingpolicy, pschealth and outbound read. The plugin answers no query.
+package healthcheck
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/coredns/coredns/plugin"
+	"github.com/coresteer/coresteer/plugin/pkg/health"
+
+	"github.com/miekg/dns"
+)
+
+// HealthCheck is one healthcheck block. It probes the targets that consumers of its checks want
+// and the backends of its load balancers, and publishes the VIPs of its load balancers.
+type HealthCheck struct {
+	cfg    *config
+	board  *health.Board
+	reg    *Registry
+	demand *health.Demand
+
+	cur atomic.Pointer[running] // set between OnStartup and OnShutdown
+
+	Next plugin.Handler
+}
+
+// ServeDNS passes every query on: healthcheck only writes the health board.
+func (h *HealthCheck) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+	return plugin.NextOrFailure(h.Name(), h.Next, ctx, w, r)
+}
+
+// Name implements the plugin.Handler interface.
+func (h *HealthCheck) Name() string { return "healthcheck" }

@@ -1,0 +1,423 @@
+package healthcheck
+
+import (
+	"container/heap"
+	"context"
+	"math/rand/v2"
+	"net/netip"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coresteer/coresteer/plugin/pkg/health"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// maxConcurrent bounds the probes in flight in the whole process (HC-5). A probe that finds
+// every slot taken waits for one; the scheduler does not start a goroutine per target per tick.
+const maxConcurrent = 1024
+
+// Registry is the process-wide owner of probes. Each (check, target) is probed once however
+// many instances, blocks and consumers want it (H-3). Probes are reference-counted: a reload
+// acquires in the new instance before the old one releases, so a target still configured keeps
+// its verdict, its threshold counters and its schedule (H-4); the last release stops it at once,
+// cancelling a probe in flight.
+//
+// One scheduler goroutine keeps a timer heap of the next round of every probe and starts the
+// probes that are due, each bounded by a semaphore of maxConcurrent slots.
+type Registry struct {
+	board  *health.Board
+	clock  Clock
+	jitter func(time.Duration) time.Duration
+	// probe runs one attempt; tests replace it to drive thresholds and aggregation.
+	probe func(ctx context.Context, run *checkRun, slot int, target netip.AddrPort, url string) attempt
+
+	mu     sync.Mutex
+	probes map[probeKey]*probe
+	queue  probeHeap
+	users  int
+	wake   chan struct{}
+	quit   chan struct{}
+	done   chan struct{}
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	sem    chan struct{}
+	wg     sync.WaitGroup
+	logged sync.Map // HC-3: local errors already logged
+}
+
+// defaultRegistry is the registry of the process, shared by every healthcheck instance.
+var defaultRegistry = NewRegistry(health.Default, realClock{})
+
+// NewRegistry returns a registry writing to board with time from clock.
+func NewRegistry(board *health.Board, clock Clock) *Registry {
+	return &Registry{
+		board:  board,
+		clock:  clock,
+		jitter: uniformJitter,
+		probe:  runAttempt,
+		probes: make(map[probeKey]*probe),
+		wake:   make(chan struct{}, 1),
+		sem:    make(chan struct{}, maxConcurrent),
+	}
+}
+
+// uniformJitter spreads first probes uniformly over the interval (HC-5).
+func uniformJitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return time.Duration(rand.Int64N(int64(d)))
+}
+
+func runAttempt(ctx context.Context, run *checkRun, slot int, target netip.AddrPort, url string) attempt {
+	return run.probers[slot].run(ctx, run.check, target, url)
+}
+
+type probeKey struct {
+	check  string
+	target netip.AddrPort
+}
+
+// checkRun is a check as one instance runs it: the check and its probers, one per slot
+// (region-major), with their metric series resolved once.
+type checkRun struct {
+	check    *Check
+	identity string
+	probers  []*prober
+	results  [][3]prometheus.Counter // by slot and outcome
+	duration []prometheus.Observer
+}
+
+func newCheckRun(c *Check) *checkRun {
+	run := &checkRun{check: c, identity: c.identity()}
+	for r, reg := range c.Regions {
+		for i := range c.ProbersPerRegion {
+			run.probers = append(run.probers, newProber(c, reg.Name, c.source(r, i)))
+			var cs [3]prometheus.Counter
+			for o := noResult; o <= failure; o++ {
+				cs[o] = probesTotal.WithLabelValues(c.Name, reg.Name, o.String())
+			}
+			run.results = append(run.results, cs)
+			run.duration = append(run.duration, probeDuration.WithLabelValues(c.Name, reg.Name))
+		}
+	}
+	return run
+}
+
+// probe is one (check, target) being probed.
+type probe struct {
+	key probeKey
+
+	// guarded by Registry.mu
+	run   *checkRun
+	url   string
+	refs  int
+	due   time.Time
+	index int
+	busy  bool // a round is in flight
+	gone  bool
+	ctx   context.Context
+	stop  context.CancelFunc
+
+	mu      sync.Mutex
+	streak  streak
+	reason  string
+	targets map[*health.Target]int
+}
+
+type round struct {
+	p    *probe
+	run  *checkRun
+	url  string
+	res  []attempt
+	left atomic.Int32
+}
+
+type job struct {
+	r    *round
+	slot int
+}
+
+// start is called by every instance's OnStartup; the first one starts the scheduler.
+func (r *Registry) start() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.users++
+	if r.users > 1 {
+		return
+	}
+	r.quit = make(chan struct{})
+	r.done = make(chan struct{})
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	go r.loop(r.quit, r.done)
+}
+
+// stop is called by every instance's OnShutdown; the last one stops the scheduler and waits
+// for the probes in flight, so nothing outlives the server.
+func (r *Registry) stop() {
+	r.mu.Lock()
+	r.users--
+	if r.users > 0 {
+		r.mu.Unlock()
+		return
+	}
+	quit, done, cancel := r.quit, r.done, r.cancel
+	r.mu.Unlock()
+	close(quit)
+	cancel()
+	<-done
+	r.wg.Wait()
+}
+
+func (r *Registry) loop(quit, done chan struct{}) {
+	defer close(done)
+	t := r.clock.NewTimer(time.Hour)
+	defer t.Stop()
+	var batch []job
+	for {
+		r.mu.Lock()
+		now := r.clock.Now()
+		batch = r.due(now, batch[:0])
+		wait := time.Hour
+		if len(r.queue) > 0 {
+			wait = r.queue[0].due.Sub(now)
+		}
+		r.mu.Unlock()
+		if len(batch) > 0 {
+			for _, j := range batch {
+				select {
+				case r.sem <- struct{}{}:
+				case <-quit:
+					return
+				}
+				r.wg.Add(1)
+				go r.attempt(j)
+			}
+			clear(batch)
+			continue // dispatching may have taken time: look at the heap again
+		}
+		t.Reset(wait)
+		select {
+		case <-t.C():
+		case <-r.wake:
+		case <-quit:
+			return
+		}
+	}
+}
+
+// due pops every probe due at now, schedules its next round and returns the attempts to run.
+func (r *Registry) due(now time.Time, batch []job) []job {
+	for len(r.queue) > 0 && !r.queue[0].due.After(now) {
+		p := r.queue[0]
+		iv := p.run.check.Interval
+		p.due = p.due.Add(iv)
+		if !p.due.After(now) {
+			// Far behind (a clock jump or a long stall): resume the rhythm instead of a burst.
+			p.due = now.Add(iv)
+		}
+		heap.Fix(&r.queue, 0)
+		if p.busy {
+			continue // the previous round is still running
+		}
+		p.busy = true
+		n := p.run.check.slots()
+		rd := &round{p: p, run: p.run, url: p.url, res: make([]attempt, n)}
+		rd.left.Store(int32(n))
+		for i := range n {
+			batch = append(batch, job{r: rd, slot: i})
+		}
+	}
+	return batch
+}
+
+func (r *Registry) attempt(j job) {
+	defer func() {
+		<-r.sem
+		r.wg.Done()
+	}()
+	rd := j.r
+	a := attempt{outcome: noResult, reason: "probe stopped"}
+	if rd.p.ctx.Err() == nil {
+		start := time.Now() // a measurement, not a threshold: wall time
+		a = r.probe(rd.p.ctx, rd.run, j.slot, rd.p.key.target, rd.url)
+		if a.outcome != noResult {
+			rd.run.duration[j.slot].Observe(time.Since(start).Seconds())
+		} else if a.local != nil {
+			r.logLocal(rd.run, j.slot, a.local)
+		}
+		rd.run.results[j.slot][a.outcome].Inc()
+	}
+	rd.res[j.slot] = a
+	if rd.left.Add(-1) == 0 {
+		r.finish(rd)
+	}
+}
+
+// logLocal logs a prober's own error once per (check, prober, kind of error) (HC-3).
+func (r *Registry) logLocal(run *checkRun, slot int, err error) {
+	p := run.probers[slot]
+	src := "any"
+	if p.source.IsValid() {
+		src = p.source.String()
+	}
+	k := run.check.Name + "|" + p.region + "|" + src + "|" + localKind(err)
+	if _, seen := r.logged.LoadOrStore(k, true); seen {
+		return
+	}
+	log.Warningf("Prober of check %s in region %s (source %s) cannot probe: %v; its probes give no result", run.check.Name, p.region, src, err)
+}
+
+// finish turns the attempts of a round into a verdict and applies the thresholds (HC-2).
+func (r *Registry) finish(rd *round) {
+	p := rd.p
+	r.mu.Lock()
+	p.busy = false
+	stale := p.gone || p.run.identity != rd.run.identity
+	r.mu.Unlock()
+	if stale {
+		return
+	}
+	c := rd.run.check
+	v := aggregate(c, rd.res)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	old := p.streak.state
+	now := p.streak.next(c, v.outcome)
+	if now == old {
+		return
+	}
+	reason := v.reason
+	if old != health.Unknown {
+		n, what := p.streak.failures, "failures"
+		if now == health.Healthy {
+			n, what = p.streak.successes, "successes"
+		}
+		reason = strconv.Itoa(n) + " consecutive " + what + ": " + reason
+	}
+	p.reason = reason
+	for t := range p.targets {
+		r.board.Set(t, now, reason)
+	}
+	targetState.WithLabelValues(c.Name, p.key.target.String()).Set(float64(now))
+	transitions.WithLabelValues(c.Name, now.String()).Inc()
+	if c.Log {
+		// HC-7: one line per state change.
+		log.Infof("Check %s target %s: %s -> %s (%s)", c.Name, p.key.target, old, now, reason)
+	}
+}
+
+// acquire returns the probe of target with run's check, creating it with its first round
+// jittered over the interval (HC-5), and takes a reference. The scheduler must be started.
+func (r *Registry) acquire(run *checkRun, target netip.AddrPort) *probe {
+	k := probeKey{check: run.check.Name, target: target}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.clock.Now()
+	p := r.probes[k]
+	switch {
+	case p == nil:
+		p = &probe{key: k, run: run, url: probeURL(run.check, target), targets: make(map[*health.Target]int)}
+		p.ctx, p.stop = context.WithCancel(r.ctx)
+		p.due = now.Add(r.jitter(run.check.Interval))
+		heap.Push(&r.queue, p)
+		r.probes[k] = p
+		targetState.WithLabelValues(k.check, target.String()).Set(float64(health.Unknown))
+		r.kick()
+	case p.run != run:
+		// A reload with the same (check, target): keep the state and the schedule (H-4). When
+		// the probe itself changed, earlier results say nothing about it: restart the counters.
+		if p.run.identity != run.identity {
+			p.mu.Lock()
+			p.streak.successes, p.streak.failures = 0, 0
+			p.mu.Unlock()
+		}
+		p.run = run
+		p.url = probeURL(run.check, target)
+		if latest := now.Add(run.check.Interval); p.due.After(latest) {
+			p.due = now.Add(r.jitter(run.check.Interval))
+			heap.Fix(&r.queue, p.index)
+			r.kick()
+		}
+	}
+	p.refs++
+	return p
+}
+
+// release drops a reference; the last one stops the probe at once and removes its series.
+func (r *Registry) release(p *probe) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p.refs--
+	if p.refs > 0 {
+		return
+	}
+	p.gone = true
+	p.stop()
+	heap.Remove(&r.queue, p.index)
+	delete(r.probes, p.key)
+	targetState.DeleteLabelValues(p.key.check, p.key.target.String())
+}
+
+func (r *Registry) kick() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// attach makes p write its verdicts to t, and gives t the verdict p already has.
+func (r *Registry) attach(p *probe, t *health.Target) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.targets[t]++
+	if p.streak.state != health.Unknown {
+		r.board.Set(t, p.streak.state, p.reason)
+	}
+}
+
+// detach undoes one attach.
+func (r *Registry) detach(p *probe, t *health.Target) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.targets[t]--; p.targets[t] <= 0 {
+		delete(p.targets, t)
+	}
+}
+
+// Len returns the number of probes running, for tests and debugging.
+func (r *Registry) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.probes)
+}
+
+// probeHeap orders probes by their next round.
+type probeHeap []*probe
+
+func (h probeHeap) Len() int           { return len(h) }
+func (h probeHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
+func (h probeHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index = i
+	h[j].index = j
+}
+
+func (h *probeHeap) Push(x any) {
+	p := x.(*probe)
+	p.index = len(*h)
+	*h = append(*h, p)
+}
+
+func (h *probeHeap) Pop() any {
+	old := *h
+	p := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	p.index = -1
+	return p
+}
