@@ -1,0 +1,399 @@
+package routingpolicy
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/coresteer/coresteer/plugin/pkg/health"
+	"github.com/coresteer/coresteer/plugin/pkg/region"
+
+	"github.com/miekg/dns"
+)
+
+// setSpec is a record set with a policy as configured (inline or from a recordsets file),
+// before it is checked and resolved.
+type setSpec struct {
+	kind    Kind
+	name    string // fully qualified, lower case
+	qtype   uint16
+	ttl     uint32
+	items   []itemSpec
+	fence   bool
+	trickle float64
+	backup  []itemSpec // failover: the geo backup
+	check   string     // the healthcheck check named by the record set
+	// endpoints, when not nil, are the addresses the check applies to (the API format's
+	// healthCheckedTargets.externalEndpoints); nil means every address of the set.
+	endpoints map[netip.Addr]bool
+	origin    string // where it was defined, for errors: "Corefile" or a file name
+	rdOrigin  string // the origin relative names in rdata are completed with
+}
+
+// itemSpec is one item of a setSpec.
+type itemSpec struct {
+	weight   float64
+	location string
+	rdata    []string
+}
+
+func (s *setSpec) String() string {
+	return s.name + "/" + dns.TypeToString[s.qtype]
+}
+
+// loadErr is an error about one record set.
+func (s *setSpec) errf(format string, args ...any) error {
+	return fmt.Errorf("%s %s (%s): %s", s.kind, s, s.origin, fmt.Sprintf(format, args...))
+}
+
+// policyTypes are the types a policy may carry; only A and AAAA can be health-checked.
+var policyTypes = map[uint16]bool{
+	dns.TypeA: true, dns.TypeAAAA: true, dns.TypeCNAME: true, dns.TypeMX: true, dns.TypeSRV: true, dns.TypeTXT: true,
+}
+
+// build turns records and record sets into zones. It is the single place where configuration
+// errors about data are found, for inline data and files alike.
+func build(origins []string, loc *region.Locator, records []dns.RR, sets []*setSpec, now time.Time) (*data, error) {
+	d := &data{byOrigin: make(map[string]*zone)}
+	for _, o := range origins {
+		z := &zone{origin: o, names: make(map[string]*node), ents: make(map[string]bool)}
+		d.zones = append(d.zones, z)
+		d.byOrigin[o] = z
+		d.origins = append(d.origins, o)
+	}
+	zoneOf := func(name string) *zone {
+		o := d.origins.Matches(name)
+		if o == "" {
+			return nil
+		}
+		return d.byOrigin[o]
+	}
+	nodeOf := func(z *zone, name string) *node {
+		n := z.names[name]
+		if n == nil {
+			n = &node{}
+			z.names[name] = n
+		}
+		return n
+	}
+
+	// Plain records, grouped by name and type.
+	for _, rr := range records {
+		h := rr.Header()
+		h.Name = strings.ToLower(dns.Fqdn(h.Name))
+		h.Class = dns.ClassINET
+		z := zoneOf(h.Name)
+		if z == nil {
+			return nil, fmt.Errorf("record %q: name %s is outside the zones %v", rr.String(), h.Name, origins)
+		}
+		n := nodeOf(z, h.Name)
+		s := n.find(h.Rrtype)
+		if s == nil {
+			n.add(rrset{qtype: h.Rrtype})
+			s = &n.sets[len(n.sets)-1]
+		}
+		for _, o := range s.rrs {
+			if dns.IsDuplicate(o, rr) {
+				return nil, fmt.Errorf("record %q given twice", rr.String())
+			}
+		}
+		if h.Rrtype == dns.TypeSOA && len(s.rrs) > 0 {
+			return nil, fmt.Errorf("second SOA record %q for %s", rr.String(), h.Name)
+		}
+		if h.Rrtype == dns.TypeSOA && h.Name != z.origin {
+			return nil, fmt.Errorf("SOA record %q is not at the zone apex %s", rr.String(), z.origin)
+		}
+		s.rrs = append(s.rrs, rr)
+	}
+
+	// Policy record sets.
+	geoCache := map[string][][]uint8{}
+	for _, spec := range sets {
+		z := zoneOf(spec.name)
+		if z == nil {
+			return nil, spec.errf("name is outside the zones %v", origins)
+		}
+		if strings.HasSuffix(z.origin, "in-addr.arpa.") || strings.HasSuffix(z.origin, "ip6.arpa.") {
+			return nil, spec.errf("policies are not allowed in reverse zone %s", z.origin)
+		}
+		n := nodeOf(z, spec.name)
+		if n.find(spec.qtype) != nil {
+			return nil, spec.errf("record set defined twice (a record set has one policy or plain records, not both)")
+		}
+		p, err := newPolicy(spec, z.origin, loc, geoCache)
+		if err != nil {
+			return nil, err
+		}
+		n.add(rrset{qtype: spec.qtype, pol: p})
+		d.policies = append(d.policies, p)
+	}
+
+	for _, z := range d.zones {
+		if err := z.finish(now); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+// finish checks CNAMEs, fills in the SOA and NS when not given, and finds empty non-terminals.
+func (z *zone) finish(now time.Time) error {
+	for name, n := range z.names {
+		if n.find(dns.TypeCNAME) != nil && len(n.sets) > 1 {
+			return fmt.Errorf("%s has a CNAME and other data (RFC 1034 3.6.2)", name)
+		}
+		if name == z.origin && n.find(dns.TypeCNAME) != nil {
+			return fmt.Errorf("CNAME at the zone apex %s", name)
+		}
+		for p := name; p != z.origin; {
+			i, end := dns.NextLabel(p, 0)
+			if end {
+				break
+			}
+			p = p[i:]
+			if _, ok := z.names[p]; !ok {
+				z.ents[p] = true
+			}
+		}
+	}
+	apex := z.names[z.origin]
+	if apex == nil {
+		apex = &node{}
+		z.names[z.origin] = apex
+		delete(z.ents, z.origin)
+	}
+	if s := apex.find(dns.TypeSOA); s != nil {
+		z.soa = s.rrs
+	} else {
+		// Synthesized SOA: the serial is the load time, so every reload of changed data is a new
+		// version for secondaries and caches.
+		soa := &dns.SOA{
+			Hdr:     dns.RR_Header{Name: z.origin, Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: 3600},
+			Ns:      "ns1." + z.origin,
+			Mbox:    "hostmaster." + z.origin,
+			Serial:  uint32(now.Unix()),
+			Refresh: 7200, Retry: 1800, Expire: 1209600, Minttl: 30,
+		}
+		z.soa = []dns.RR{soa}
+		apex.add(rrset{qtype: dns.TypeSOA, rrs: z.soa})
+	}
+	if s := apex.find(dns.TypeNS); s != nil {
+		z.ns = s.rrs
+	} else {
+		ns := &dns.NS{
+			Hdr: dns.RR_Header{Name: z.origin, Rrtype: dns.TypeNS, Class: dns.ClassINET, Ttl: 3600},
+			Ns:  z.soa[0].(*dns.SOA).Ns,
+		}
+		z.ns = []dns.RR{ns}
+		apex.add(rrset{qtype: dns.TypeNS, rrs: z.ns})
+	}
+	soa := z.soa[0].(*dns.SOA)
+	z.negTTL = min(soa.Hdr.Ttl, soa.Minttl)
+	// A negative answer carries the SOA with the negative TTL (RFC 2308 3).
+	neg := dns.Copy(soa)
+	neg.Header().Ttl = z.negTTL
+	z.soa = slices.Clip([]dns.RR{neg})
+	z.ns = slices.Clip(z.ns)
+	for _, n := range z.names {
+		for i := range n.sets {
+			n.sets[i].rrs = slices.Clip(n.sets[i].rrs)
+		}
+	}
+	return nil
+}
+
+// newPolicy checks spec and resolves it into a policy.
+func newPolicy(spec *setSpec, zoneName string, loc *region.Locator, geoCache map[string][][]uint8) (*policy, error) {
+	if !policyTypes[spec.qtype] {
+		return nil, spec.errf("type %s cannot carry a policy (allowed: A, AAAA, CNAME, MX, SRV, TXT)", dns.TypeToString[spec.qtype])
+	}
+	if spec.check != "" && spec.qtype != dns.TypeA && spec.qtype != dns.TypeAAAA {
+		return nil, spec.errf("healthcheck %q on type %s: only A and AAAA can be health-checked", spec.check, dns.TypeToString[spec.qtype])
+	}
+	p := &policy{kind: spec.kind, name: spec.name, qtype: spec.qtype, label: spec.String(), zone: zoneName, fence: spec.fence}
+	p.mdPolicy = func() string { return p.kind.String() }
+	t := loc.Table
+	switch spec.kind {
+	case WRR:
+		if len(spec.items) == 0 {
+			return nil, spec.errf("no items")
+		}
+		for i, is := range spec.items {
+			// R-WRR-1: weights 0..1000 inclusive.
+			if is.weight < 0 || is.weight > 1000 || is.weight != is.weight {
+				return nil, spec.errf("weight %v out of range 0..1000", is.weight)
+			}
+			it, err := newItem(spec, strconv.Itoa(i), is.rdata)
+			if err != nil {
+				return nil, err
+			}
+			it.weight = is.weight
+			p.items = append(p.items, it)
+		}
+		p.setShares()
+	case Geo:
+		if err := p.addGeoItems(spec, spec.items, t); err != nil {
+			return nil, err
+		}
+		p.buildNearest(t, geoCache)
+	case Failover:
+		if spec.trickle < 0 || spec.trickle > 1 || spec.trickle != spec.trickle {
+			return nil, spec.errf("trickle %v out of range 0..1", spec.trickle)
+		}
+		p.trickle = spec.trickle
+		if len(spec.items) != 1 {
+			return nil, spec.errf("failover needs one primary set")
+		}
+		it, err := newItem(spec, "primary", spec.items[0].rdata)
+		if err != nil {
+			return nil, err
+		}
+		p.items = []item{it}
+		b := &policy{kind: Geo, name: spec.name, qtype: spec.qtype, label: spec.String(), zone: zoneName, fence: spec.fence}
+		if err := b.addGeoItems(spec, spec.backup, t); err != nil {
+			return nil, err
+		}
+		b.buildNearest(t, geoCache)
+		for i := range b.items {
+			b.items[i].label = "backup/" + b.items[i].label
+			l := b.items[i].label
+			b.items[i].mdItem = func() string { return l }
+		}
+		p.backup = b
+	default:
+		return nil, spec.errf("unknown policy")
+	}
+	return p, nil
+}
+
+func (p *policy) addGeoItems(spec *setSpec, items []itemSpec, t *region.Table) error {
+	if len(items) == 0 {
+		return spec.errf("no locations")
+	}
+	seen := map[region.ID]bool{}
+	for _, is := range items {
+		id, err := t.Resolve(is.location)
+		if err != nil {
+			return spec.errf("%v", err)
+		}
+		if seen[id] {
+			return spec.errf("location %s given twice", is.location)
+		}
+		seen[id] = true
+		it, err := newItem(spec, is.location, is.rdata)
+		if err != nil {
+			return err
+		}
+		it.loc = id
+		p.items = append(p.items, it)
+	}
+	return nil
+}
+
+// newItem parses the rdata of one item into records with their health keys.
+func newItem(spec *setSpec, label string, rdata []string) (item, error) {
+	it := item{label: label, served: new(atomic.Pointer[cachedCounter])}
+	it.mdItem = func() string { return label }
+	if len(rdata) == 0 {
+		return it, spec.errf("item %s has no rdata", label)
+	}
+	if spec.qtype == dns.TypeCNAME && len(rdata) > 1 {
+		return it, spec.errf("item %s has %d CNAME targets, a name has at most one CNAME", label, len(rdata))
+	}
+	for _, rd := range rdata {
+		rr, err := newRR(spec.name, spec.ttl, spec.qtype, rd, spec.rdOrigin)
+		if err != nil {
+			return it, spec.errf("item %s: %v", label, err)
+		}
+		for _, o := range it.addrs {
+			if dns.IsDuplicate(o.rr, rr) {
+				return it, spec.errf("item %s: rdata %q given twice", label, rd)
+			}
+		}
+		a := addr{rr: rr}
+		if ip, ok := addrOf(rr); ok {
+			a.hasKey = true
+			a.key = health.Key{Addr: ip}
+			if spec.check != "" && (spec.endpoints == nil || spec.endpoints[ip]) {
+				a.key.Check = spec.check
+				a.explicit = true
+			}
+		}
+		it.addrs = append(it.addrs, a)
+	}
+	return it, nil
+}
+
+// addrOf returns the address of an A or AAAA record.
+func addrOf(rr dns.RR) (netip.Addr, bool) {
+	switch v := rr.(type) {
+	case *dns.A:
+		a, ok := netip.AddrFromSlice(v.A.To4())
+		return a, ok
+	case *dns.AAAA:
+		a, ok := netip.AddrFromSlice(v.AAAA)
+		return a, ok
+	}
+	return netip.Addr{}, false
+}
+
+// newRR parses one rdata of type qtype for name; names in the rdata are relative to origin.
+func newRR(name string, ttl uint32, qtype uint16, rdata, origin string) (dns.RR, error) {
+	ts := dns.TypeToString[qtype]
+	if origin == "" {
+		origin = "."
+	}
+	zp := dns.NewZoneParser(strings.NewReader(name+" "+strconv.FormatUint(uint64(ttl), 10)+" IN "+ts+" "+rdata), origin, "")
+	rr, _ := zp.Next()
+	err := zp.Err()
+	if err == nil {
+		if _, more := zp.Next(); more {
+			err = fmt.Errorf("more than one record")
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("rdata %q is not valid %s data: %v", rdata, ts, err)
+	}
+	if rr == nil || rr.Header().Rrtype != qtype {
+		return nil, fmt.Errorf("rdata %q is not valid %s data", rdata, ts)
+	}
+	if qtype == dns.TypeA || qtype == dns.TypeAAAA {
+		// dns.NewRR accepts an IPv4 address for AAAA and the other way round in some forms.
+		if ip, ok := addrOf(rr); !ok || ip.Is4() != (qtype == dns.TypeA) {
+			return nil, fmt.Errorf("rdata %q is not a valid %s address", rdata, ts)
+		}
+	}
+	return rr, nil
+}
+
+// setShares publishes the configured share of each WRR item (R-WRR-2, R-WRR-3).
+func (p *policy) setShares() {
+	var total float64
+	for _, it := range p.items {
+		total += it.weight
+	}
+	for _, it := range p.items {
+		share := 1 / float64(len(p.items))
+		if total > 0 {
+			share = it.weight / total
+		}
+		wrrConfiguredShare.WithLabelValues(p.zone, p.label, it.label).Set(share)
+	}
+}
+
+// relName makes name fully qualified relative to origin: "@" is the origin, a name ending in a
+// dot is absolute.
+func relName(name, origin string) string {
+	if name == "@" {
+		return origin
+	}
+	name = strings.ToLower(name)
+	if dns.IsFqdn(name) {
+		return name
+	}
+	return name + "." + origin
+}

@@ -1,0 +1,72 @@
+package routingpolicy
+
+import (
+	"testing"
+
+	"github.com/coresteer/coresteer/plugin/pkg/health"
+)
+
+func foBlock(opts string) string {
+	return `routingpolicy example.org {` + geoLoc + `
+		failover www A 60 "10.0.0.1,10.0.0.2" "us-east1=10.9.1.1;europe-west2=10.9.2.1" ` + opts + `
+	}`
+}
+
+func TestFailoverPrimary(t *testing.T) {
+	// R-FO-1: the primary answers, without its unhealthy addresses.
+	rp, b := newTest(t, foBlock("healthcheck web"))
+	if got := one(t, rp, "10.1.1.1"); got != "10.0.0.1,10.0.0.2" {
+		t.Fatalf("got %s", got)
+	}
+	set(b, "web", "10.0.0.1", health.Unhealthy)
+	if got := one(t, rp, "10.1.1.1"); got != "10.0.0.2" {
+		t.Fatalf("got %s, want 10.0.0.2", got)
+	}
+}
+
+func TestFailoverBackupGeo(t *testing.T) {
+	// R-FO-2: primary all unhealthy: the backup answers by the geo rules.
+	rp, b := newTest(t, foBlock("healthcheck web"))
+	set(b, "web", "10.0.0.1", health.Unhealthy)
+	set(b, "web", "10.0.0.2", health.Unhealthy)
+	if got := one(t, rp, "10.1.1.1"); got != "10.9.1.1" {
+		t.Fatalf("us-east1 client: got %s, want 10.9.1.1", got)
+	}
+	if got := one(t, rp, "10.2.1.1"); got != "10.9.2.1" {
+		t.Fatalf("europe client: got %s, want 10.9.2.1", got)
+	}
+	set(b, "web", "10.9.1.1", health.Unhealthy)
+	if got := one(t, rp, "10.1.1.1"); got != "10.9.2.1" {
+		t.Fatalf("backup geo failover: got %s, want 10.9.2.1", got)
+	}
+}
+
+func TestFailoverTrickle(t *testing.T) {
+	// R-FO-3: the trickle share goes to the backup while the primary is healthy.
+	rp, _ := newTest(t, foBlock("trickle 0.1 healthcheck web"))
+	got := count(t, rp, "www.example.org.", "10.1.1.1", draws)
+	within(t, "trickle 0.1", got["10.9.1.1"], draws, 0.1)
+	within(t, "primary 0.9", got["10.0.0.1,10.0.0.2"], draws, 0.9)
+
+	// 1 = manual failover.
+	rp, _ = newTest(t, foBlock("trickle 1"))
+	if got := count(t, rp, "www.example.org.", "10.1.1.1", 1000); got["10.9.1.1"] != 1000 {
+		t.Fatalf("trickle 1: %v", got)
+	}
+	// 0 = never.
+	rp, _ = newTest(t, foBlock("trickle 0"))
+	if got := count(t, rp, "www.example.org.", "10.1.1.1", 1000); got["10.0.0.1,10.0.0.2"] != 1000 {
+		t.Fatalf("trickle 0: %v", got)
+	}
+}
+
+func TestFailoverFailOpen(t *testing.T) {
+	// R-FO-4: primary and backup unhealthy: fail open (the primary, whole).
+	rp, b := newTest(t, foBlock("healthcheck web"))
+	for _, a := range []string{"10.0.0.1", "10.0.0.2", "10.9.1.1", "10.9.2.1"} {
+		set(b, "web", a, health.Unhealthy)
+	}
+	if got := one(t, rp, "10.1.1.1"); got != "10.0.0.1,10.0.0.2" {
+		t.Fatalf("got %s, want the whole primary", got)
+	}
+}

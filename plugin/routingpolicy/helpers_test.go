@@ -1,0 +1,125 @@
+package routingpolicy
+
+import (
+	"context"
+	"math/rand/v2"
+	"net/netip"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/plugin/pkg/dnstest"
+	"github.com/coredns/coredns/plugin/test"
+	"github.com/coresteer/coresteer/plugin/pkg/health"
+
+	"github.com/miekg/dns"
+)
+
+// fixedNow is the load time of test data.
+var fixedNow = time.Unix(1_700_000_000, 0)
+
+// newTest builds a handler from a routingpolicy block, on its own board, with a seeded PRNG,
+// started (targets acquired) and shut down at the end of the test.
+func newTest(t testing.TB, block string) (*RoutingPolicy, *health.Board) {
+	t.Helper()
+	c := caddy.NewTestController("dns", block)
+	cfgs, err := parse(c)
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	d, err := cfgs[0].load(fixedNow)
+	if err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	b := health.NewBoard(func() time.Time { return fixedNow })
+	rp := New(cfgs[0], d)
+	rp.board = b
+	rp.rnd = rand.New(rand.NewPCG(1, 2)).Uint64
+	if err := rp.OnStartup(nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rp.OnShutdown() })
+	return rp, b
+}
+
+// loadErr returns the error of parsing and loading block, or nil.
+func loadErr(block string) error {
+	c := caddy.NewTestController("dns", block)
+	cfgs, err := parse(c)
+	if err != nil {
+		return err
+	}
+	for _, cfg := range cfgs {
+		if _, err := cfg.load(fixedNow); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// set publishes k on b and gives it state s, as a healthcheck would.
+func set(b *health.Board, check, ip string, s health.State) {
+	k := health.Key{Check: check, Addr: netip.MustParseAddr(ip)}
+	t := b.Lookup(k)
+	if t == nil {
+		t = b.Acquire(k)
+	}
+	if !published[t] {
+		published[t] = true
+		b.Publish(t)
+	}
+	b.Set(t, s, "test")
+}
+
+var published = map[*health.Target]bool{}
+
+// ask sends name/qtype from client to rp and returns the answer.
+func ask(t testing.TB, rp *RoutingPolicy, name string, qtype uint16, client string) *dns.Msg {
+	t.Helper()
+	m := new(dns.Msg)
+	m.SetQuestion(dns.Fqdn(name), qtype)
+	return askMsg(t, rp, m, client)
+}
+
+func askMsg(t testing.TB, rp *RoutingPolicy, m *dns.Msg, client string) *dns.Msg {
+	t.Helper()
+	rec := dnstest.NewRecorder(&test.ResponseWriter{RemoteIP: client})
+	if _, err := rp.ServeDNS(context.Background(), rec, m); err != nil {
+		t.Fatalf("ServeDNS: %v", err)
+	}
+	if rec.Msg == nil {
+		t.Fatalf("no answer written")
+	}
+	return rec.Msg
+}
+
+// addrs returns the sorted A/AAAA/other rdata of the answer section.
+func addrs(m *dns.Msg) string {
+	var out []string
+	for _, rr := range m.Answer {
+		switch v := rr.(type) {
+		case *dns.A:
+			out = append(out, v.A.String())
+		case *dns.AAAA:
+			out = append(out, v.AAAA.String())
+		case *dns.CNAME:
+			out = append(out, "CNAME:"+v.Target)
+		default:
+			out = append(out, strings.TrimPrefix(rr.String(), rr.Header().String()))
+		}
+	}
+	sort.Strings(out)
+	return strings.Join(out, ",")
+}
+
+// count asks n times and counts the answers by addrs.
+func count(t testing.TB, rp *RoutingPolicy, name string, client string, n int) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for range n {
+		out[addrs(ask(t, rp, name, dns.TypeA, client))]++
+	}
+	return out
+}

@@ -1,0 +1,337 @@
+package routingpolicy
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/miekg/dns"
+	"sigs.k8s.io/yaml"
+)
+
+// The managed-DNS API's ResourceRecordSet, as `resourceRecordSets.list` returns it and as a
+// zone export contains it (JSON, or YAML with the same field names).
+type apiRecordSet struct {
+	Name          string            `json:"name"`
+	Type          string            `json:"type"`
+	TTL           *int64            `json:"ttl"`
+	Rrdatas       []string          `json:"rrdatas"`
+	RoutingPolicy *apiRoutingPolicy `json:"routingPolicy"`
+}
+
+type apiRoutingPolicy struct {
+	WRR           *apiWRR           `json:"wrr"`
+	Geo           *apiGeo           `json:"geo"`
+	PrimaryBackup *apiPrimaryBackup `json:"primaryBackup"`
+	HealthCheck   string            `json:"healthCheck"`
+}
+
+type apiWRR struct {
+	Items []apiWRRItem `json:"items"`
+}
+
+type apiWRRItem struct {
+	Weight               float64     `json:"weight"`
+	Rrdatas              []string    `json:"rrdatas"`
+	HealthCheckedTargets *apiTargets `json:"healthCheckedTargets"`
+}
+
+type apiGeo struct {
+	Items         []apiGeoItem `json:"items"`
+	EnableFencing bool         `json:"enableFencing"`
+}
+
+type apiGeoItem struct {
+	Location             string      `json:"location"`
+	Rrdatas              []string    `json:"rrdatas"`
+	HealthCheckedTargets *apiTargets `json:"healthCheckedTargets"`
+}
+
+type apiPrimaryBackup struct {
+	PrimaryTargets   *apiTargets `json:"primaryTargets"`
+	BackupGeoTargets *apiGeo     `json:"backupGeoTargets"`
+	TrickleTraffic   float64     `json:"trickleTraffic"`
+}
+
+type apiTargets struct {
+	InternalLoadBalancers []apiILB `json:"internalLoadBalancers"`
+	ExternalEndpoints     []string `json:"externalEndpoints"`
+}
+
+type apiILB struct {
+	IPAddress string `json:"ipAddress"`
+}
+
+// known lists the fields we read or knowingly ignore, per object kind; anything else is warned
+// about and left out.
+var known = map[string][]string{
+	"rrset":   {"kind", "name", "type", "ttl", "rrdatas", "signatureRrdatas", "routingPolicy"},
+	"policy":  {"kind", "wrr", "geo", "primaryBackup", "healthCheck"},
+	"wrr":     {"kind", "items"},
+	"wrrItem": {"kind", "weight", "rrdatas", "signatureRrdatas", "healthCheckedTargets"},
+	"geo":     {"kind", "items", "enableFencing"},
+	"geoItem": {"kind", "location", "rrdatas", "signatureRrdatas", "healthCheckedTargets"},
+	"pb":      {"kind", "primaryTargets", "backupGeoTargets", "trickleTraffic"},
+	"targets": {"kind", "internalLoadBalancers", "externalEndpoints"},
+	"ilb":     {"kind", "ipAddress", "port", "ipProtocol", "loadBalancerType", "networkUrl", "project", "region"},
+}
+
+// children says which fields hold objects of which kind.
+var children = map[string]map[string]string{
+	"rrset":   {"routingPolicy": "policy"},
+	"policy":  {"wrr": "wrr", "geo": "geo", "primaryBackup": "pb"},
+	"wrr":     {"items": "wrrItem"},
+	"geo":     {"items": "geoItem"},
+	"wrrItem": {"healthCheckedTargets": "targets"},
+	"geoItem": {"healthCheckedTargets": "targets"},
+	"pb":      {"primaryTargets": "targets", "backupGeoTargets": "geo"},
+	"targets": {"internalLoadBalancers": "ilb"},
+}
+
+// unknownFields walks v (decoded JSON) as an object of kind and reports fields we do not know.
+func unknownFields(v any, kind, where string, out *[]string) {
+	switch o := v.(type) {
+	case []any:
+		for i, e := range o {
+			unknownFields(e, kind, fmt.Sprintf("%s[%d]", where, i), out)
+		}
+	case map[string]any:
+		keys := make([]string, 0, len(o))
+		for k := range o {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			if !contains(known[kind], k) {
+				*out = append(*out, fmt.Sprintf("%s: unknown field %q ignored", where, where+"."+k))
+				continue
+			}
+			if ck, ok := children[kind][k]; ok {
+				unknownFields(o[k], ck, where+"."+k, out)
+			}
+		}
+	}
+}
+
+func contains(s []string, v string) bool {
+	for _, e := range s {
+		if e == v {
+			return true
+		}
+	}
+	return false
+}
+
+// parseRecordSets reads a JSON array or YAML list of ResourceRecordSet objects (or an object
+// with an "rrsets" list, as the list call returns). Record sets without a routing policy are
+// plain records.
+func parseRecordSets(b []byte, file string) ([]dns.RR, []*setSpec, []string, error) {
+	js := b
+	trim := bytes.TrimSpace(b)
+	if len(trim) == 0 || (trim[0] != '[' && trim[0] != '{') {
+		j, err := yaml.YAMLToJSON(b)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("recordsets %s: not JSON or YAML: %v", file, err)
+		}
+		js = j
+	}
+	var raw []json.RawMessage
+	if t := bytes.TrimSpace(js); len(t) > 0 && t[0] == '{' {
+		var wrap struct {
+			Rrsets []json.RawMessage `json:"rrsets"`
+		}
+		if err := json.Unmarshal(js, &wrap); err != nil {
+			return nil, nil, nil, fmt.Errorf("recordsets %s: %v", file, err)
+		}
+		raw = wrap.Rrsets
+	} else if string(bytes.TrimSpace(js)) != "null" {
+		if err := json.Unmarshal(js, &raw); err != nil {
+			return nil, nil, nil, fmt.Errorf("recordsets %s: want a list of record sets: %v", file, err)
+		}
+	}
+	var (
+		records []dns.RR
+		sets    []*setSpec
+		warns   []string
+	)
+	for i, r := range raw {
+		var rs apiRecordSet
+		where := fmt.Sprintf("record set %d", i)
+		var probe struct {
+			Name string `json:"name"`
+			Type string `json:"type"`
+		}
+		if json.Unmarshal(r, &probe) == nil && probe.Name != "" {
+			where = fmt.Sprintf("record set %s %s", probe.Name, probe.Type)
+		}
+		if err := json.Unmarshal(r, &rs); err != nil {
+			return nil, nil, nil, fmt.Errorf("recordsets %s: %s: %v", file, where, err)
+		}
+		var generic any
+		if json.Unmarshal(r, &generic) == nil {
+			unknownFields(generic, "rrset", where, &warns)
+		}
+		rrs, s, err := rs.convert(file)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("recordsets %s: %s: %v", file, where, err)
+		}
+		records = append(records, rrs...)
+		if s != nil {
+			sets = append(sets, s)
+		}
+	}
+	return records, sets, warns, nil
+}
+
+// convert turns one API record set into plain records or a setSpec.
+func (rs *apiRecordSet) convert(file string) ([]dns.RR, *setSpec, error) {
+	if rs.Name == "" || !dns.IsFqdn(rs.Name) {
+		return nil, nil, fmt.Errorf("name %q must be a fully qualified name ending in a dot", rs.Name)
+	}
+	if _, ok := dns.IsDomainName(rs.Name); !ok {
+		return nil, nil, fmt.Errorf("name %q is not a domain name", rs.Name)
+	}
+	qtype, ok := dns.StringToType[strings.ToUpper(rs.Type)]
+	if !ok {
+		return nil, nil, fmt.Errorf("unknown type %q", rs.Type)
+	}
+	ttl := uint32(300)
+	if rs.TTL != nil {
+		if *rs.TTL < 0 || *rs.TTL > 2147483647 {
+			return nil, nil, fmt.Errorf("ttl %d out of range 0..2147483647", *rs.TTL)
+		}
+		ttl = uint32(*rs.TTL)
+	}
+	name := strings.ToLower(rs.Name)
+	rp := rs.RoutingPolicy
+	if rp == nil || (rp.WRR == nil && rp.Geo == nil && rp.PrimaryBackup == nil) {
+		if len(rs.Rrdatas) == 0 {
+			return nil, nil, fmt.Errorf("no rrdatas and no routingPolicy")
+		}
+		var out []dns.RR
+		for _, rd := range rs.Rrdatas {
+			rr, err := newRR(name, ttl, qtype, rd, ".")
+			if err != nil {
+				return nil, nil, err
+			}
+			out = append(out, rr)
+		}
+		return out, nil, nil
+	}
+	n := 0
+	for _, set := range []bool{rp.WRR != nil, rp.Geo != nil, rp.PrimaryBackup != nil} {
+		if set {
+			n++
+		}
+	}
+	if n > 1 {
+		// WRR mixed with geo is not allowed; geo as a failover backup is written as primaryBackup.
+		return nil, nil, fmt.Errorf("routingPolicy has more than one of wrr, geo and primaryBackup (only one is allowed; geo as a backup goes in primaryBackup.backupGeoTargets)")
+	}
+	if len(rs.Rrdatas) > 0 {
+		return nil, nil, fmt.Errorf("rrdatas and routingPolicy both given (a policy record set has its rrdatas in its items)")
+	}
+	s := &setSpec{name: name, qtype: qtype, ttl: ttl, origin: file}
+	if rp.HealthCheck != "" {
+		// The API names checks by resource URL (projects/P/regions/R/healthChecks/NAME); the
+		// healthcheck plugin names them by NAME.
+		s.check = path.Base(rp.HealthCheck)
+	}
+	eps := map[netip.Addr]bool{}
+	addTargets := func(t *apiTargets) ([]string, error) {
+		if t == nil {
+			return nil, nil
+		}
+		var ips []string
+		for _, e := range t.ExternalEndpoints {
+			a, err := netip.ParseAddr(e)
+			if err != nil {
+				return nil, fmt.Errorf("externalEndpoints: %q is not an IP address", e)
+			}
+			eps[a] = true
+			ips = append(ips, e)
+		}
+		for _, l := range t.InternalLoadBalancers {
+			if _, err := netip.ParseAddr(l.IPAddress); err != nil {
+				return nil, fmt.Errorf("internalLoadBalancers: ipAddress %q is not an IP address", l.IPAddress)
+			}
+			// A load-balancer VIP is checked through its derived state on the board, not by the
+			// record set's check.
+			ips = append(ips, l.IPAddress)
+		}
+		return ips, nil
+	}
+	// rdataOf returns an item's rrdatas, or its targets' addresses when it gives none.
+	rdataOf := func(rrdatas []string, t *apiTargets) ([]string, error) {
+		ips, err := addTargets(t)
+		if err != nil {
+			return nil, err
+		}
+		if len(rrdatas) > 0 {
+			return rrdatas, nil
+		}
+		return ips, nil
+	}
+	switch {
+	case rp.WRR != nil:
+		s.kind = WRR
+		for i, it := range rp.WRR.Items {
+			rd, err := rdataOf(it.Rrdatas, it.HealthCheckedTargets)
+			if err != nil {
+				return nil, nil, fmt.Errorf("wrr item %d: %v", i, err)
+			}
+			s.items = append(s.items, itemSpec{weight: it.Weight, rdata: rd})
+		}
+	case rp.Geo != nil:
+		s.kind = Geo
+		s.fence = rp.Geo.EnableFencing
+		items, err := geoItems(rp.Geo, rdataOf)
+		if err != nil {
+			return nil, nil, err
+		}
+		s.items = items
+	case rp.PrimaryBackup != nil:
+		s.kind = Failover
+		pb := rp.PrimaryBackup
+		rd, err := rdataOf(nil, pb.PrimaryTargets)
+		if err != nil {
+			return nil, nil, fmt.Errorf("primaryTargets: %v", err)
+		}
+		if len(rd) == 0 {
+			return nil, nil, fmt.Errorf("primaryTargets has no addresses")
+		}
+		s.items = []itemSpec{{rdata: rd}}
+		if pb.BackupGeoTargets == nil {
+			return nil, nil, fmt.Errorf("primaryBackup has no backupGeoTargets")
+		}
+		s.fence = pb.BackupGeoTargets.EnableFencing
+		items, err := geoItems(pb.BackupGeoTargets, rdataOf)
+		if err != nil {
+			return nil, nil, fmt.Errorf("backupGeoTargets: %v", err)
+		}
+		s.backup = items
+		s.trickle = pb.TrickleTraffic
+	}
+	if s.check != "" && len(eps) > 0 {
+		// Only the listed external endpoints are probed by the check; with none listed the
+		// check applies to every address.
+		s.endpoints = eps
+	}
+	return nil, s, nil
+}
+
+func geoItems(g *apiGeo, rdataOf func([]string, *apiTargets) ([]string, error)) ([]itemSpec, error) {
+	var out []itemSpec
+	for i, it := range g.Items {
+		rd, err := rdataOf(it.Rrdatas, it.HealthCheckedTargets)
+		if err != nil {
+			return nil, fmt.Errorf("geo item %d (%s): %v", i, it.Location, err)
+		}
+		out = append(out, itemSpec{location: it.Location, rdata: rd})
+	}
+	return out, nil
+}

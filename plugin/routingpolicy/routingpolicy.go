@@ -1,0 +1,228 @@
+// Package routingpolicy serves authoritative zones whose record sets carry routing policies:
+// weighted round robin, geolocation (with fencing) and failover (with trickle), answering from the
+// healthy addresses the health board reports.
+package routingpolicy
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/plugin"
+	"github.com/coredns/coredns/plugin/metadata"
+	"github.com/coredns/coredns/plugin/metrics"
+	"github.com/coredns/coredns/request"
+	"github.com/coresteer/coresteer/plugin/pkg/health"
+	"github.com/coresteer/coresteer/plugin/pkg/region"
+
+	"github.com/miekg/dns"
+)
+
+// RoutingPolicy is the handler of one routingpolicy block.
+type RoutingPolicy struct {
+	cfg   *Config
+	data  atomic.Pointer[data]
+	board *health.Board
+	// rnd returns uniform 64-bit values. The default is math/rand/v2's runtime source, which has
+	// per-thread state and no lock; tests set a seeded one.
+	rnd func() uint64
+	// mdRegion holds the metadata value function of every region (index id+1).
+	mdRegion []func() string
+
+	mu      sync.Mutex // guards the fields below (lifecycle, not queries)
+	stop    chan struct{}
+	done    chan struct{}
+	started bool
+	stamps  [2]fileStamp
+
+	Next plugin.Handler
+}
+
+// New returns a handler for cfg serving d.
+func New(cfg *Config, d *data) *RoutingPolicy {
+	rp := &RoutingPolicy{cfg: cfg, board: health.Default, rnd: rand.Uint64}
+	rp.data.Store(d)
+	t := cfg.Locator.Table
+	rp.mdRegion = make([]func() string, t.Len()+1)
+	for id := -1; id < t.Len(); id++ {
+		name := t.Name(region.ID(id))
+		rp.mdRegion[id+1] = func() string { return name }
+	}
+	rp.stamps = [2]fileStamp{stampOf(cfg.ZoneFile), stampOf(cfg.RecordSets)}
+	return rp
+}
+
+// Name implements plugin.Handler.
+func (rp *RoutingPolicy) Name() string { return "routingpolicy" }
+
+// maxChase bounds in-zone CNAME chasing.
+const maxChase = 8
+
+// ServeDNS implements plugin.Handler.
+func (rp *RoutingPolicy) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+	state := request.Request{W: w, Req: r}
+	qname := state.Name()
+	d := rp.data.Load()
+	z := d.match(qname)
+	if z == nil {
+		return plugin.NextOrFailure(rp.Name(), rp.Next, ctx, w, r)
+	}
+	qtype := state.QType()
+	if qtype == dns.TypeAXFR || qtype == dns.TypeIXFR {
+		return dns.RcodeRefused, nil
+	}
+
+	src, source := rp.cfg.Locator.Locate(w.RemoteAddr(), r, rp.cfg.Public)
+
+	m := new(dns.Msg)
+	m.SetReply(r)
+	m.Authoritative = true
+	var used [maxChase]used
+	res := z.lookup(m, qname, qtype, src, rp.rnd, &used)
+
+	if res.rcode == dns.RcodeNameError && len(m.Answer) == 0 && rp.cfg.Fall.Through(qname) {
+		return plugin.NextOrFailure(rp.Name(), rp.Next, ctx, w, r)
+	}
+	m.Rcode = res.rcode
+
+	if res.n > 0 {
+		rp.account(ctx, used[:res.n], src)
+		if source.ECS != nil {
+			// L-1: the answer used the client subnet: set its scope (RFC 7871).
+			o := m.IsEdns0()
+			if o == nil {
+				m.SetEdns0(dns.MinMsgSize, false)
+				o = m.IsEdns0()
+			}
+			o.Option = append(o.Option, region.ScopeOption(source.ECS))
+		}
+		if rp.cfg.Log {
+			rp.logAnswer(state, used[:res.n], src)
+		}
+	}
+	state.SizeAndDo(m)
+	w.WriteMsg(m)
+	return dns.RcodeSuccess, nil
+}
+
+// account sets metadata and metrics for the policies that answered.
+func (rp *RoutingPolicy) account(ctx context.Context, us []used, src region.ID) {
+	server := metrics.WithServer(ctx)
+	for i := range us {
+		p, o := us[i].p, &us[i].o
+		inc(o.it.served, answersTotal, server, p.zone, p.label, p.kind.String(), o.it.label)
+		if o.failOpen {
+			inc(&p.failOpen, failOpenTotal, server, p.zone, p.label)
+		}
+		if o.fallback {
+			inc(&p.fallback, geoFallbacksTotal, server, p.zone, p.label)
+		}
+	}
+	last := &us[len(us)-1]
+	metadata.SetValueFunc(ctx, "routingpolicy/policy", last.p.mdPolicy)
+	metadata.SetValueFunc(ctx, "routingpolicy/item", last.o.it.mdItem)
+	if i := int(src) + 1; i >= 0 && i < len(rp.mdRegion) {
+		metadata.SetValueFunc(ctx, "routingpolicy/region", rp.mdRegion[i])
+	}
+}
+
+// Metadata implements metadata.Provider; the values are set by ServeDNS once a policy answered.
+func (rp *RoutingPolicy) Metadata(ctx context.Context, _ request.Request) context.Context {
+	return ctx
+}
+
+// OnStartup acquires the board targets, checks the server block for dnssec (R-SEC-1) and cache,
+// and starts the reload loop.
+func (rp *RoutingPolicy) OnStartup(conf *dnsserver.Config) error {
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	if rp.started {
+		return nil
+	}
+	d := rp.data.Load()
+	d.acquire(rp.board)
+	rp.started = true
+	if conf != nil {
+		if conf.Handler("dnssec") != nil {
+			// R-SEC-1, now that the board knows which addresses are derived VIPs.
+			if err := d.checkDNSSEC(); err != nil {
+				d.release(rp.board)
+				rp.started = false
+				return plugin.Error("routingpolicy", err)
+			}
+		}
+		if conf.Handler("cache") != nil && len(d.policies) > 0 {
+			log.Warningf("cache is in the server block of %v: it does not key on the client's region, so one region's answer is served to every region until it expires", rp.cfg.Zones)
+		}
+	}
+	if rp.cfg.Reload > 0 && (rp.cfg.ZoneFile != "" || rp.cfg.RecordSets != "") {
+		rp.stop = make(chan struct{})
+		rp.done = make(chan struct{})
+		go rp.reloadLoop(rp.cfg.Reload, rp.stop, rp.done)
+	}
+	return nil
+}
+
+// OnShutdown stops the reload loop and releases the board targets.
+func (rp *RoutingPolicy) OnShutdown() error {
+	rp.mu.Lock()
+	stop, done := rp.stop, rp.done
+	rp.stop, rp.done = nil, nil
+	rp.mu.Unlock()
+	if stop != nil {
+		close(stop)
+		<-done
+	}
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	if rp.started {
+		rp.data.Load().release(rp.board)
+		rp.started = false
+	}
+	return nil
+}
+
+func (rp *RoutingPolicy) reloadLoop(every time.Duration, stop, done chan struct{}) {
+	defer close(done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			rp.reloadIfChanged(time.Now())
+		}
+	}
+}
+
+// reloadIfChanged re-reads the files when one changed. A broken file keeps the last good data.
+func (rp *RoutingPolicy) reloadIfChanged(now time.Time) bool {
+	stamps := [2]fileStamp{stampOf(rp.cfg.ZoneFile), stampOf(rp.cfg.RecordSets)}
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	if stamps == rp.stamps {
+		return false
+	}
+	rp.stamps = stamps
+	zone := rp.cfg.Zones[0]
+	d, err := rp.cfg.load(now)
+	if err != nil {
+		reloadsTotal.WithLabelValues(zone, "failure").Inc()
+		log.Errorf("Reload of %v failed, serving the last good data: %v", rp.cfg.Zones, err)
+		return false
+	}
+	if rp.started {
+		d.acquire(rp.board)
+	}
+	old := rp.data.Swap(d)
+	if rp.started {
+		old.release(rp.board)
+	}
+	reloadsTotal.WithLabelValues(zone, "success").Inc()
+	log.Infof("Reloaded %v: %d policy record sets", rp.cfg.Zones, len(d.policies))
+	return true
+}
