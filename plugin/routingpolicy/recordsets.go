@@ -97,7 +97,7 @@ func unknownFields(v any, kind, where string, out *[]string) {
 	switch o := v.(type) {
 	case []any:
 		for i, e := range o {
-			unknownFields(e, kind, fmt.Sprintf("%s[%d]", where, i), out)
+			unknownFields(e, kind, fmt.Sprintf("%s[%d]", strings.TrimSuffix(where, "."), i)+".", out)
 		}
 	case map[string]any:
 		keys := make([]string, 0, len(o))
@@ -107,11 +107,11 @@ func unknownFields(v any, kind, where string, out *[]string) {
 		sort.Strings(keys)
 		for _, k := range keys {
 			if !contains(known[kind], k) {
-				*out = append(*out, fmt.Sprintf("%s: unknown field %q ignored", where, where+"."+k))
+				*out = append(*out, fmt.Sprintf("unknown field %q ignored", where+k))
 				continue
 			}
 			if ck, ok := children[kind][k]; ok {
-				unknownFields(o[k], ck, where+"."+k, out)
+				unknownFields(o[k], ck, where+k+".", out)
 			}
 		}
 	}
@@ -173,7 +173,11 @@ func parseRecordSets(b []byte, file string) ([]dns.RR, []*setSpec, []string, err
 		}
 		var generic any
 		if json.Unmarshal(r, &generic) == nil {
-			unknownFields(generic, "rrset", where, &warns)
+			var unknown []string
+			unknownFields(generic, "rrset", "", &unknown)
+			for _, u := range unknown {
+				warns = append(warns, where+": "+u)
+			}
 		}
 		rrs, s, err := rs.convert(file)
 		if err != nil {

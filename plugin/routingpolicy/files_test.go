@@ -1,0 +1,178 @@
+package routingpolicy
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coresteer/coresteer/plugin/pkg/health"
+
+	"github.com/miekg/dns"
+)
+
+func TestRecordSetsExport(t *testing.T) {
+	for _, f := range []string{"testdata/export.json", "testdata/export.yaml"} {
+		t.Run(f, func(t *testing.T) {
+			rp, b := newTest(t, `routingpolicy example.org {
+				region us-east1
+				subnet europe-west2 10.2.0.0/16
+				recordsets `+f+`
+			}`)
+			d := rp.data.Load()
+			if len(d.policies) < 3 {
+				t.Fatalf("policies: %d", len(d.policies))
+			}
+			// WRR: weights 100/300/0; the zero-weight item is unchecked.
+			got := count(t, rp, "www.example.org.", "10.1.1.1", draws)
+			within(t, "weight 100", got["198.51.100.1"], draws, 0.25)
+			if got["198.51.100.9"] != 0 {
+				t.Fatalf("zero weight served: %v", got)
+			}
+			// R-WRR-5 from the export: checked non-zero items unhealthy, the unchecked zero item answers.
+			set(b, "web", "198.51.100.1", health.Unhealthy)
+			set(b, "web", "198.51.100.2", health.Unhealthy)
+			if got := addrs(ask(t, rp, "www.example.org.", dns.TypeA, "10.1.1.1")); got != "198.51.100.9" {
+				t.Fatalf("want the zero-weight item, got %s", got)
+			}
+			// Geo with an ILB target (derived VIP) and fencing.
+			if got := addrs(ask(t, rp, "geo.example.org.", dns.TypeA, "10.1.1.1")); got != "10.128.0.10" {
+				t.Fatalf("geo us-east1: %s", got)
+			}
+			if got := addrs(ask(t, rp, "geo.example.org.", dns.TypeA, "10.2.1.1")); got != "10.154.0.10" {
+				t.Fatalf("geo europe: %s", got)
+			}
+			set(b, "", "10.128.0.10", health.Unhealthy)
+			if got := addrs(ask(t, rp, "geo.example.org.", dns.TypeA, "10.1.1.1")); got != "10.128.0.10" {
+				t.Fatalf("fenced geo must stay: %s", got)
+			}
+			// Failover: trickle 0.1.
+			got = count(t, rp, "fo.example.org.", "10.1.1.1", draws)
+			within(t, "trickle", got["203.0.113.11"], draws, 0.1)
+			for _, a := range d.policies[2].items[0].addrs {
+				if !a.explicit || a.key.Check != "web" {
+					t.Errorf("primary address %s not checked by web", a.key.Addr)
+				}
+			}
+		})
+	}
+}
+
+func TestRecordSetsPlainAndWarnings(t *testing.T) {
+	b, err := os.ReadFile("testdata/export.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rrs, sets, warns, err := parseRecordSets(b, "export.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rrs) != 4 || len(sets) != 4 {
+		t.Fatalf("got %d records and %d sets", len(rrs), len(sets))
+	}
+	if len(warns) != 1 || !strings.Contains(warns[0], "futureField") {
+		t.Fatalf("warnings: %v", warns)
+	}
+	rp, _ := newTest(t, `routingpolicy example.org {
+		recordsets testdata/export.json
+	}`)
+	if got := addrs(ask(t, rp, "static.example.org.", dns.TypeA, "10.1.1.1")); got != "192.0.2.10" {
+		t.Fatalf("plain record from export: %s", got)
+	}
+	m := ask(t, rp, "example.org.", dns.TypeNS, "10.1.1.1")
+	if len(m.Answer) != 2 {
+		t.Fatalf("NS from export: %v", m.Answer)
+	}
+}
+
+func TestRecordSetsErrors(t *testing.T) {
+	tests := []struct{ in, err string }{
+		{`[{"name": "www.example.org.", "type": "A", "ttl": "thirty", "rrdatas": ["192.0.2.1"]}]`, `record set www.example.org. A: json: cannot unmarshal string`},
+		{`[{"name": "www.example.org.", "type": "A", "routingPolicy": {"wrr": {"items": [{"weight": 1, "rrdatas": ["192.0.2.1"]}]}, "geo": {"items": []}}}]`, `more than one of wrr, geo and primaryBackup`},
+		{`[{"name": "www", "type": "A", "rrdatas": ["192.0.2.1"]}]`, `fully qualified`},
+		{`[{"name": "www.example.org.", "type": "A", "rrdatas": ["x"]}]`, `not valid A data`},
+		{`[{"name": "www.example.org.", "type": "A", "routingPolicy": {"primaryBackup": {"primaryTargets": {"externalEndpoints": ["nope"]}}}}]`, `"nope" is not an IP address`},
+		{`{"rrsets": 3}`, `cannot unmarshal number`},
+		{"- name: [", `not JSON or YAML`},
+	}
+	for _, tc := range tests {
+		_, _, _, err := parseRecordSets([]byte(tc.in), "f")
+		if err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%s: error %v, want %q", tc.in, err, tc.err)
+		}
+	}
+	// Errors that need the region table come from load, naming the record set.
+	dir := t.TempDir()
+	f := filepath.Join(dir, "rs.json")
+	os.WriteFile(f, []byte(`[{"name": "g.example.org.", "type": "A", "routingPolicy": {"geo": {"items": [{"location": "mars", "rrdatas": ["192.0.2.1"]}]}}}]`), 0o644)
+	err := loadErr(`routingpolicy example.org {
+		recordsets ` + f + `
+	}`)
+	if err == nil || !strings.Contains(err.Error(), `g.example.org./A`) || !strings.Contains(err.Error(), `unknown region "mars"`) {
+		t.Fatalf("unknown region in file: %v", err)
+	}
+	os.WriteFile(f, []byte(`[{"name": "g.example.org.", "type": "A", "routingPolicy": {"wrr": {"items": [{"weight": 1001, "rrdatas": ["192.0.2.1"]}]}}}]`), 0o644)
+	if err := loadErr(`routingpolicy example.org {
+		recordsets ` + f + `
+	}`); err == nil || !strings.Contains(err.Error(), "weight 1001 out of range 0..1000") {
+		t.Fatalf("weight in file: %v", err) // R-WRR-1
+	}
+}
+
+func TestZoneFile(t *testing.T) {
+	rp, _ := newTest(t, `routingpolicy example.org {
+		zonefile testdata/db.example.org
+		wrr www A 60 "1=10.0.0.1"
+	}`)
+	m := ask(t, rp, "alias.example.org.", dns.TypeA, "10.1.1.1")
+	if len(m.Answer) != 2 || addrs(m) != "10.0.0.1,CNAME:www.example.org." {
+		t.Fatalf("zonefile CNAME to a policy: %v", m.Answer)
+	}
+	m = ask(t, rp, "nope.example.org.", dns.TypeA, "10.1.1.1")
+	if m.Ns[0].(*dns.SOA).Serial != 2024010101 {
+		t.Fatalf("SOA from the zone file: %v", m.Ns)
+	}
+}
+
+func TestReloadKeepsLastGood(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "rs.yaml")
+	write := func(s string, mod time.Time) {
+		if err := os.WriteFile(f, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		os.Chtimes(f, mod, mod)
+	}
+	write("- {name: www.example.org., type: A, ttl: 30, routingPolicy: {wrr: {items: [{weight: 1, rrdatas: [10.0.0.1]}]}}}\n", fixedNow)
+	rp, b := newTest(t, `routingpolicy example.org {
+		reload 0
+		recordsets `+f+`
+	}`)
+	if got := one(t, rp, "10.1.1.1"); got != "10.0.0.1" {
+		t.Fatalf("before: %s", got)
+	}
+	// A broken file keeps the last good data.
+	write("- {name: www.example.org., type: A, routingPolicy: {wrr: {items: [{weight: 5000, rrdatas: [10.0.0.2]}]}}}\n", fixedNow.Add(time.Second))
+	if rp.reloadIfChanged(fixedNow) {
+		t.Fatal("broken file loaded")
+	}
+	if got := one(t, rp, "10.1.1.1"); got != "10.0.0.1" {
+		t.Fatalf("after a broken reload: %s", got)
+	}
+	// A good change is served; board targets move with it.
+	write("- {name: www.example.org., type: A, routingPolicy: {wrr: {items: [{weight: 1, rrdatas: [10.0.0.2]}]}}}\n", fixedNow.Add(2*time.Second))
+	if !rp.reloadIfChanged(fixedNow) {
+		t.Fatal("good file not loaded")
+	}
+	if got := one(t, rp, "10.1.1.1"); got != "10.0.0.2" {
+		t.Fatalf("after reload: %s", got)
+	}
+	snap := b.Snapshot()
+	if len(snap) != 1 || snap[0].Key.Addr.String() != "10.0.0.2" {
+		t.Fatalf("board after reload: %v", snap)
+	}
+	if rp.reloadIfChanged(fixedNow) {
+		t.Fatal("unchanged file reloaded")
+	}
+}
