@@ -44,7 +44,7 @@ func TestOrder(t *testing.T) {
 	if ob+1 != index(t, d, "forward") || ob < index(t, d, "cache") {
 		t.Errorf("outbound at %d, forward at %d: want immediately before, after cache", ob, index(t, d, "forward"))
 	}
-	if !(hc < rp && psc < rp && hc < ob && psc < ob) {
+	if hc > rp || psc > rp || hc > ob || psc > ob {
 		t.Error("the health plugins must set up before their consumers")
 	}
 	// Every in-tree directive keeps its relative order.

@@ -54,13 +54,13 @@ func New(corefile string) (*Server, error) {
 }
 
 // Start starts a server from corefile and stops it, with its shutdown callbacks, when t ends.
-func Start(t testing.TB, corefile string) *Server {
-	t.Helper()
+func Start(tb testing.TB, corefile string) *Server {
+	tb.Helper()
 	s, err := New(corefile)
 	if err != nil {
-		t.Fatalf("starting CoreDNS: %v", err)
+		tb.Fatalf("starting CoreDNS: %v", err)
 	}
-	t.Cleanup(s.Stop)
+	tb.Cleanup(s.Stop)
 	return s
 }
 

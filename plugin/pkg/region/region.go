@@ -4,6 +4,7 @@
 package region
 
 import (
+	"maps"
 	"math"
 	"sort"
 )
@@ -30,12 +31,8 @@ type Table struct {
 // NewTable returns the built-in regions with extra added or overriding built-in ones.
 func NewTable(extra map[string]Coord) *Table {
 	all := make(map[string]Coord, len(builtin)+len(extra))
-	for n, c := range builtin {
-		all[n] = c
-	}
-	for n, c := range extra {
-		all[n] = c
-	}
+	maps.Copy(all, builtin)
+	maps.Copy(all, extra)
 	names := make([]string, 0, len(all))
 	for n := range all {
 		names = append(names, n)

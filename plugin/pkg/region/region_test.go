@@ -60,7 +60,7 @@ func TestNearestFirst(t *testing.T) {
 	cands := ids("asia-southeast1", "us-east1", "europe-west1", "us-central1")
 	from, _ := tab.Lookup("us-east4")
 	order := tab.NearestFirst(from, cands)
-	var got []string
+	got := make([]string, 0, len(order))
 	for _, i := range order {
 		got = append(got, tab.Name(cands[i]))
 	}
