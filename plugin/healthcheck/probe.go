@@ -175,7 +175,8 @@ func localError(err error) bool {
 		}
 	}
 	var ae *net.AddrError
-	if errors.As(err, &ae) && strings.Contains(ae.Err, "mismatched local address") {
+	// The source address's family does not fit the target's: Go filters the target out.
+	if errors.As(err, &ae) && (strings.Contains(ae.Err, "mismatched local address") || strings.Contains(ae.Err, "no suitable address")) {
 		return true
 	}
 	return false

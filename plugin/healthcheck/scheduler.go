@@ -47,6 +47,7 @@ type Registry struct {
 	sem    chan struct{}
 	wg     sync.WaitGroup
 	logged sync.Map // HC-3: local errors already logged
+	rounds atomic.Uint64
 }
 
 // defaultRegistry is the registry of the process, shared by every healthcheck instance.
@@ -182,9 +183,9 @@ func (r *Registry) loop(quit, done chan struct{}) {
 		r.mu.Lock()
 		now := r.clock.Now()
 		batch = r.due(now, batch[:0])
-		wait := time.Hour
+		next := now.Add(time.Hour)
 		if len(r.queue) > 0 {
-			wait = r.queue[0].due.Sub(now)
+			next = r.queue[0].due
 		}
 		r.mu.Unlock()
 		if len(batch) > 0 {
@@ -200,7 +201,8 @@ func (r *Registry) loop(quit, done chan struct{}) {
 			clear(batch)
 			continue // dispatching may have taken time: look at the heap again
 		}
-		t.Reset(wait)
+		// The wait is computed now, not under the lock: time may have moved meanwhile.
+		t.Reset(next.Sub(r.clock.Now()))
 		select {
 		case <-t.C():
 		case <-r.wake:
@@ -274,6 +276,7 @@ func (r *Registry) logLocal(run *checkRun, slot int, err error) {
 
 // finish turns the attempts of a round into a verdict and applies the thresholds (HC-2).
 func (r *Registry) finish(rd *round) {
+	defer r.rounds.Add(1)
 	p := rd.p
 	r.mu.Lock()
 	p.busy = false
