@@ -1,0 +1,177 @@
+package outbound
+
+import (
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// Modes of a test resolver.
+const (
+	modeAnswer   = iota // NOERROR with an A record (NXDOMAIN for names starting with "nx.")
+	modeServfail        // SERVFAIL
+	modeRefused         // REFUSED
+	modeSilent          // no reply at all
+	modeTruncate        // TC over UDP, full answer over TCP
+	modeGarbage         // wrong ID, then wrong question, then nothing
+)
+
+// resolver is a small DNS server on a loopback address that records the source address of every
+// query, answers according to its mode and can be slowed down.
+type resolver struct {
+	addr    string
+	udp     *dns.Server
+	tcp     *dns.Server
+	mode    atomic.Int32
+	delay   atomic.Int64
+	answer  net.IP
+	queries atomic.Int64
+
+	mu      sync.Mutex
+	sources map[netip.Addr]int
+	ids     []uint16
+	dropped map[netip.Addr]bool
+	onQuery func(*dns.Msg) // called under mu
+}
+
+// drop makes the resolver ignore queries from src, as if the endpoint's path were cut.
+func (r *resolver) drop(src netip.Addr) {
+	r.mu.Lock()
+	r.dropped[src] = true
+	r.mu.Unlock()
+}
+
+func (r *resolver) undrop(src netip.Addr) {
+	r.mu.Lock()
+	delete(r.dropped, src)
+	r.mu.Unlock()
+}
+
+// startResolver starts a resolver on ip (a 127.x.y.z address) at a free port shared by UDP and TCP.
+func startResolver(t testing.TB, ip string) *resolver {
+	t.Helper()
+	r := &resolver{sources: map[netip.Addr]int{}, dropped: map[netip.Addr]bool{}, answer: net.ParseIP("192.0.2.1")}
+	var pc net.PacketConn
+	var l net.Listener
+	var err error
+	for range 20 {
+		pc, err = net.ListenPacket("udp", ip+":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err = net.Listen("tcp", pc.LocalAddr().String())
+		if err == nil {
+			break
+		}
+		pc.Close()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.addr = pc.LocalAddr().String()
+	r.udp = &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(r.serve)}
+	r.tcp = &dns.Server{Listener: l, Handler: dns.HandlerFunc(r.serve)}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	r.udp.NotifyStartedFunc = wg.Done
+	r.tcp.NotifyStartedFunc = wg.Done
+	go r.udp.ActivateAndServe()
+	go r.tcp.ActivateAndServe()
+	wg.Wait()
+	t.Cleanup(func() {
+		r.udp.Shutdown()
+		r.tcp.Shutdown()
+	})
+	return r
+}
+
+func (r *resolver) port() string {
+	_, p, _ := net.SplitHostPort(r.addr)
+	return p
+}
+
+func (r *resolver) setMode(m int)            { r.mode.Store(int32(m)) }
+func (r *resolver) setDelay(d time.Duration) { r.delay.Store(int64(d)) }
+func (r *resolver) count(src string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.sources[netip.MustParseAddr(src)]
+}
+
+func (r *resolver) sourceSet() map[netip.Addr]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[netip.Addr]int{}
+	for k, v := range r.sources {
+		out[k] = v
+	}
+	return out
+}
+
+func (r *resolver) serve(w dns.ResponseWriter, q *dns.Msg) {
+	r.queries.Add(1)
+	ap, _ := netip.ParseAddrPort(w.RemoteAddr().String())
+	r.mu.Lock()
+	if r.dropped[ap.Addr().Unmap()] {
+		r.mu.Unlock()
+		return
+	}
+	r.sources[ap.Addr().Unmap()]++
+	r.ids = append(r.ids, q.Id)
+	if r.onQuery != nil {
+		r.onQuery(q)
+	}
+	r.mu.Unlock()
+	if d := time.Duration(r.delay.Load()); d > 0 {
+		time.Sleep(d)
+	}
+	_, isTCP := w.RemoteAddr().(*net.TCPAddr)
+	m := new(dns.Msg)
+	m.SetReply(q)
+	switch r.mode.Load() {
+	case modeSilent:
+		return
+	case modeServfail:
+		m.Rcode = dns.RcodeServerFailure
+	case modeRefused:
+		m.Rcode = dns.RcodeRefused
+	case modeTruncate:
+		if !isTCP {
+			m.Truncated = true
+			break
+		}
+		r.fill(m, q)
+	case modeGarbage:
+		bad := m.Copy()
+		bad.Id = q.Id + 1
+		r.fill(bad, q)
+		w.WriteMsg(bad)
+		bad2 := m.Copy()
+		bad2.Question[0].Name = "other.example."
+		w.WriteMsg(bad2)
+		w.Write([]byte{1, 2, 3})
+		return
+	default:
+		r.fill(m, q)
+	}
+	if o := q.IsEdns0(); o != nil {
+		m.SetEdns0(o.UDPSize(), o.Do())
+	}
+	w.WriteMsg(m)
+}
+
+func (r *resolver) fill(m, q *dns.Msg) {
+	name := q.Question[0].Name
+	if len(name) > 3 && name[:3] == "nx." {
+		m.Rcode = dns.RcodeNameError
+		return
+	}
+	if q.Question[0].Qtype == dns.TypeA {
+		m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 30}, A: r.answer})
+	}
+}
