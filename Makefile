@@ -42,3 +42,7 @@ bench:
 
 clean:
 	rm -rf bin
+
+## demo: start local backends and resolvers, serve Corefile.example, and walk through failover.
+demo: build
+	$(GO) run ./demo -coredns $(BIN) -conf Corefile.example
