@@ -1,0 +1,276 @@
+package routingpolicy_test
+
+import (
+	"bytes"
+	"fmt"
+	stdlog "log"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coresteer/coresteer/plugin/pkg/coretest"
+
+	_ "github.com/coresteer/coresteer/plugin/healthcheck"
+	_ "github.com/coresteer/coresteer/plugin/routingpolicy"
+
+	"github.com/miekg/dns"
+)
+
+func answerAddrs(m *dns.Msg) string {
+	var out []string
+	for _, rr := range m.Answer {
+		if a, ok := rr.(*dns.A); ok {
+			out = append(out, a.A.String())
+		}
+	}
+	sort.Strings(out)
+	return strings.Join(out, ",")
+}
+
+// listenPair listens on TCP on a and b with the same port, so one check port covers both.
+func listenPair(t *testing.T, a, b string) (la, lb net.Listener, port int) {
+	t.Helper()
+	for range 20 {
+		l1, err := net.Listen("tcp", a+":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port = l1.Addr().(*net.TCPAddr).Port
+		l2, err := net.Listen("tcp", fmt.Sprintf("%s:%d", b, port))
+		if err != nil {
+			l1.Close()
+			continue
+		}
+		for _, l := range []net.Listener{l1, l2} {
+			go func(l net.Listener) {
+				for {
+					c, err := l.Accept()
+					if err != nil {
+						return
+					}
+					c.Close()
+				}
+			}(l)
+		}
+		t.Cleanup(func() { l1.Close(); l2.Close() })
+		return l1, l2, port
+	}
+	t.Fatal("no common free port")
+	return nil, nil, 0
+}
+
+// TestIntegrationHealthcheck runs a real server with a real healthcheck probing 127.0.0.x
+// listeners: a backend that goes away leaves the answers after the unhealthy threshold (R-WRR-4,
+// R-FO-2), and the answers come back when it returns.
+func TestIntegrationHealthcheck(t *testing.T) {
+	_, lb, port := listenPair(t, "127.0.0.21", "127.0.0.22")
+	corefile := fmt.Sprintf(`example.org:0 {
+	bind 127.0.0.1
+	healthcheck {
+		check web {
+			protocol tcp
+			port %d
+			interval 1s
+			timeout 500ms
+			healthy_threshold 1
+			unhealthy_threshold 1
+		}
+	}
+	routingpolicy {
+		region us-east1
+		wrr www A 30 "1=127.0.0.21;1=127.0.0.22" healthcheck web
+		failover fo A 30 "127.0.0.22" "us-east1=127.0.0.21" healthcheck web
+	}
+}`, port)
+	s := coretest.Start(t, corefile)
+
+	seen := func(name string, n int) map[string]int {
+		out := map[string]int{}
+		for range n {
+			m, err := s.Query(name, dns.TypeA)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[answerAddrs(m)]++
+		}
+		return out
+	}
+	if got := seen("www.example.org.", 200); got["127.0.0.21"] == 0 || got["127.0.0.22"] == 0 {
+		t.Fatalf("both backends up: %v", got)
+	}
+	if got := seen("fo.example.org.", 10); got["127.0.0.22"] != 10 {
+		t.Fatalf("primary up: %v", got)
+	}
+
+	lb.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		www := seen("www.example.org.", 50)
+		fo := seen("fo.example.org.", 5)
+		if www["127.0.0.21"] == 50 && fo["127.0.0.21"] == 5 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("127.0.0.22 still served 20s after it went away: www %v fo %v", www, fo)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	// Back up: served again.
+	l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.22:%d", port))
+	if err != nil {
+		t.Skipf("cannot listen again on 127.0.0.22:%d: %v", port, err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		if fo := seen("fo.example.org.", 5); fo["127.0.0.22"] == 5 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("primary not back 20s after it returned")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestIntegrationGeoFromSubnets queries from different 127.x addresses mapped to regions (L-2).
+func TestIntegrationGeoFromSubnets(t *testing.T) {
+	s := coretest.Start(t, `example.org:0 {
+	bind 127.0.0.1
+	routingpolicy {
+		region us-east1
+		subnet europe-west2 127.0.2.0/24
+		geo www A 30 "us-east1=192.0.2.1;europe-west2=192.0.2.2"
+	}
+}`)
+	for from, want := range map[string]string{"127.0.0.1": "192.0.2.1", "127.0.2.5": "192.0.2.2"} {
+		m, err := s.QueryFrom(from, "www.example.org.", dns.TypeA)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := answerAddrs(m); got != want {
+			t.Errorf("from %s: got %s, want %s", from, got, want)
+		}
+	}
+}
+
+var logMu sync.Mutex
+
+// captureLog collects what plugins log while fn runs.
+func captureLog(fn func()) string {
+	logMu.Lock()
+	defer logMu.Unlock()
+	var buf bytes.Buffer
+	w := stdlog.Writer()
+	stdlog.SetOutput(&buf)
+	defer stdlog.SetOutput(w)
+	fn()
+	return buf.String()
+}
+
+func TestIntegrationCacheWarning(t *testing.T) {
+	out := captureLog(func() {
+		coretest.Start(t, `example.org:0 {
+	bind 127.0.0.1
+	cache
+	routingpolicy {
+		geo www A 30 "us-east1=192.0.2.1"
+	}
+}`)
+	})
+	if !strings.Contains(out, "cache is in the server block") {
+		t.Fatalf("no cache warning in %q", out)
+	}
+}
+
+// writeKey generates a DNSSEC key for zone in dir and returns its base path.
+func writeKey(t *testing.T, dir, zone string) string {
+	t.Helper()
+	k := &dns.DNSKEY{Hdr: dns.RR_Header{Name: zone, Rrtype: dns.TypeDNSKEY, Class: dns.ClassINET, Ttl: 3600},
+		Flags: 257, Protocol: 3, Algorithm: dns.ECDSAP256SHA256}
+	priv, err := k.Generate(256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := filepath.Join(dir, fmt.Sprintf("K%s+%03d+%05d", zone, k.Algorithm, k.KeyTag()))
+	if err := os.WriteFile(base+".key", []byte(k.String()+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(base+".private", []byte(k.PrivateKeyString(priv)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return base
+}
+
+// TestIntegrationDNSSEC: dnssec in the same server block signs routingpolicy answers, and
+// R-SEC-1 refuses a health-checked policy with two addresses in an item.
+func TestIntegrationDNSSEC(t *testing.T) {
+	base := writeKey(t, t.TempDir(), "example.org.")
+	s := coretest.Start(t, `example.org:0 {
+	bind 127.0.0.1
+	dnssec {
+		key file `+base+`
+	}
+	healthcheck {
+		check web {
+			port 9
+		}
+	}
+	routingpolicy {
+		wrr www A 30 "1=127.0.0.31;1=127.0.0.32" healthcheck web
+	}
+}`)
+	m := new(dns.Msg)
+	m.SetQuestion("www.example.org.", dns.TypeA)
+	m.SetEdns0(4096, true)
+	r, err := s.Exchange(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig := false
+	for _, rr := range r.Answer {
+		if _, ok := rr.(*dns.RRSIG); ok {
+			sig = true
+		}
+	}
+	if !sig {
+		t.Fatalf("answer not signed: %v", r)
+	}
+
+	// R-SEC-1: one address per item with checks.
+	_, err = coretest.New(`example.org:0 {
+	bind 127.0.0.1
+	dnssec {
+		key file ` + base + `
+	}
+	healthcheck {
+		check web {
+			port 9
+		}
+	}
+	routingpolicy {
+		wrr www A 30 "1=127.0.0.31,127.0.0.33;1=127.0.0.32" healthcheck web
+	}
+}`)
+	if err == nil || !strings.Contains(err.Error(), "one address per item") {
+		t.Fatalf("R-SEC-1 not enforced: %v", err)
+	}
+}
+
+func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }

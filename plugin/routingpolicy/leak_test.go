@@ -1,0 +1,60 @@
+package routingpolicy_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/coresteer/coresteer/plugin/pkg/coretest"
+	"github.com/coresteer/coresteer/plugin/pkg/health"
+
+	"github.com/miekg/dns"
+	"go.uber.org/goleak"
+)
+
+// TestIntegrationReloadNoLeak reloads a Corefile whose block runs a file reload loop and checks
+// that no goroutine outlives the server, and that the board targets follow the configuration.
+func TestIntegrationReloadNoLeak(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	dir := t.TempDir()
+	f := filepath.Join(dir, "rs.yaml")
+	if err := os.WriteFile(f, []byte("- {name: www.example.org., type: A, routingPolicy: {wrr: {items: [{weight: 1, rrdatas: [192.0.2.77]}]}}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	corefile := func(extra string) string {
+		return `example.org:0 {
+	bind 127.0.0.1
+	routingpolicy {
+		reload 1s
+		recordsets ` + f + `
+		` + extra + `
+	}
+}`
+	}
+	s, err := coretest.New(corefile(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		extra := ""
+		if i%2 == 0 {
+			extra = `wrr w2 A 30 "1=192.0.2.78"`
+		}
+		if err := s.Reload(corefile(extra)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := s.Query("www.example.org.", dns.TypeA)
+	if err != nil || len(m.Answer) != 1 {
+		t.Fatalf("after reloads: %v %v", m, err)
+	}
+	if health.Default.Lookup(health.Key{Addr: mustAddr("192.0.2.77")}) == nil {
+		t.Fatal("target released while still configured")
+	}
+	s.Stop()
+	for _, a := range []string{"192.0.2.77", "192.0.2.78"} {
+		if health.Default.Lookup(health.Key{Addr: mustAddr(a)}) != nil {
+			t.Fatalf("target %s still on the board after shutdown", a)
+		}
+	}
+}
