@@ -1,0 +1,272 @@
+package pschealth_test
+
+import (
+	"bytes"
+	"fmt"
+	golog "log"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	_ "github.com/coresteer/coresteer/plugin/healthcheck"
+	"github.com/coresteer/coresteer/plugin/pkg/coretest"
+	"github.com/coresteer/coresteer/plugin/pkg/health"
+	_ "github.com/coresteer/coresteer/plugin/pschealth"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// backend is an HTTP server on a 127.0.x.y address whose health endpoint can be broken.
+type backend struct {
+	addr   string // ip:port
+	broken atomic.Bool
+}
+
+func newBackend(t *testing.T, ip string) *backend {
+	t.Helper()
+	ln, err := net.Listen("tcp", ip+":0")
+	if err != nil {
+		t.Fatalf("listen on %s: %v", ip, err)
+	}
+	b := &backend{addr: ln.Addr().String()}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if b.broken.Load() {
+			http.Error(w, "broken", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	}), ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return b
+}
+
+// region is one published service: a composite over two sources of two HTTP backends each.
+type region struct {
+	name      string
+	web, api  []*backend
+	dest      string
+	destKey   health.Key
+	composite string
+}
+
+func newRegion(t *testing.T, name string, octet int) *region {
+	r := &region{name: name, dest: fmt.Sprintf("127.0.9.%d", octet), composite: "svc-" + name}
+	r.destKey = health.Key{Addr: netip.MustParseAddr(r.dest)}
+	for i := 1; i <= 2; i++ {
+		r.web = append(r.web, newBackend(t, fmt.Sprintf("127.0.%d.%d", octet, i)))
+		r.api = append(r.api, newBackend(t, fmt.Sprintf("127.0.%d.%d", octet, 10+i)))
+	}
+	return r
+}
+
+func addrs(bs []*backend) string {
+	var out []string
+	for _, b := range bs {
+		out = append(out, b.addr)
+	}
+	return strings.Join(out, " ")
+}
+
+func (r *region) pschealth() string {
+	return fmt.Sprintf(`
+		source web-%[1]s {
+			backends %[2]s
+			check web
+		}
+		source api-%[1]s {
+			backends %[3]s
+			check web
+			policy all
+		}
+		composite svc-%[1]s {
+			sources web-%[1]s api-%[1]s
+			destination %[4]s
+		}`, r.name, addrs(r.web), addrs(r.api), r.dest)
+}
+
+func (r *region) breakWeb(broken bool) {
+	for _, b := range r.web {
+		b.broken.Store(broken)
+	}
+}
+
+// corefile builds a server with healthcheck probing every second and pschealth over both
+// regions; more is appended inside the server block (a routingpolicy zone).
+func corefile(a, b *region, dryRun bool, more string) string {
+	dry := ""
+	if dryRun {
+		dry = "dry_run"
+	}
+	return fmt.Sprintf(`example.org:0 {
+	bind 127.0.0.1
+	healthcheck {
+		check web {
+			protocol http
+			path /healthz
+			interval 1s
+			timeout 500ms
+			healthy_threshold 1
+			unhealthy_threshold 1
+		}
+	}
+	pschealth {
+		policy all min_healthy_percent 100 min_healthy 2
+		%s
+		%s
+		%s
+	}
+	%s
+}
+`, a.pschealth(), b.pschealth(), dry, more)
+}
+
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) count(substrs ...string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, line := range strings.Split(l.b.String(), "\n") {
+		all := true
+		for _, s := range substrs {
+			all = all && strings.Contains(line, s)
+		}
+		if all {
+			n++
+		}
+	}
+	return n
+}
+
+func captureLog(t *testing.T) *logBuffer {
+	l := &logBuffer{}
+	golog.SetOutput(l)
+	t.Cleanup(func() { golog.SetOutput(os.Stderr) })
+	return l
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after 20s waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// destState is the state of a destination on the process board, and whether it is published.
+func destState(k health.Key) (health.State, bool) {
+	t := health.Default.Lookup(k)
+	if t == nil {
+		return health.Unknown, false
+	}
+	return t.State(), t.Checked()
+}
+
+// compositeMetric reads coredns_pschealth_composite_state for composite and state.
+func compositeMetric(t *testing.T, composite, state string) float64 {
+	t.Helper()
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "coredns_pschealth_composite_state" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["composite"] == composite && labels["state"] == state {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return -1
+}
+
+// Through a real server, real HTTP probes: healthcheck's verdicts flow into pschealth's
+// composites on the process board (P-1..P-4), dry_run publishes nothing (P-6), and a real caddy
+// reload keeps the composite state (H-4).
+func TestEndToEndBoard(t *testing.T) {
+	for _, dry := range []bool{false, true} {
+		t.Run(map[bool]string{false: "published", true: "dry_run"}[dry], func(t *testing.T) {
+			logs := captureLog(t)
+			a, b := newRegion(t, "a", 1), newRegion(t, "b", 2)
+			cf := corefile(a, b, dry, "")
+			s := coretest.Start(t, cf)
+
+			waitFor(t, "both composites healthy", func() bool {
+				return compositeMetric(t, "svc-a", "healthy") == 1 && compositeMetric(t, "svc-b", "healthy") == 1
+			})
+			if st, checked := destState(a.destKey); checked == dry || (!dry && st != health.Healthy) {
+				t.Fatalf("destination A: %s checked %v", st, checked)
+			}
+
+			a.breakWeb(true)
+			waitFor(t, "svc-a unhealthy", func() bool { return compositeMetric(t, "svc-a", "unhealthy") == 1 })
+			st, checked := destState(a.destKey)
+			if dry && (checked || st != health.Unknown) {
+				t.Errorf("dry run published: %s checked %v", st, checked)
+			}
+			if !dry && st != health.Unhealthy {
+				t.Errorf("destination A %s, want unhealthy", st)
+			}
+			if st, _ := destState(b.destKey); !dry && st != health.Healthy {
+				t.Errorf("destination B %s", st)
+			}
+			// The metric is set just before the line is written: wait for it. Probes are not
+			// synchronised, so the first failing web backend (1/2 = 50 %) already fails web-a.
+			waitFor(t, "the change logged", func() bool {
+				return logs.count(`"svc-a"`, "unhealthy, was healthy", `source "web-a" `, `below policy "default" (min_healthy_percent 60, min_healthy 1)`) == 1
+			})
+
+			// H-4: a real reload keeps the verdict and logs nothing new.
+			var before health.Status
+			if tg := health.Default.Lookup(a.destKey); tg != nil {
+				before = tg.Status()
+			}
+			lines := logs.count(`"svc-a"`)
+			if err := s.Reload(cf + "\n# reloaded\n"); err != nil {
+				t.Fatal(err)
+			}
+			if !dry {
+				if tg := health.Default.Lookup(a.destKey); tg == nil || tg.Status() != before || !tg.Checked() {
+					t.Errorf("reload changed destination A: %+v -> %v", before, tg)
+				}
+			}
+			if compositeMetric(t, "svc-a", "unhealthy") != 1 {
+				t.Error("composite metric lost at reload")
+			}
+			if n := logs.count(`"svc-a"`); n != lines {
+				t.Errorf("reload logged %d lines about svc-a", n-lines)
+			}
+
+			a.breakWeb(false)
+			waitFor(t, "svc-a healthy again", func() bool { return compositeMetric(t, "svc-a", "healthy") == 1 })
+			if st, _ := destState(a.destKey); !dry && st != health.Healthy {
+				t.Errorf("destination A %s after repair", st)
+			}
+		})
+	}
+}
