@@ -3,6 +3,9 @@ package healthcheck
 import (
 	"io"
 	"os"
+	"testing"
+
+	"go.uber.org/goleak"
 )
 
 type writerFunc func([]byte) (int, error)
@@ -10,3 +13,10 @@ type writerFunc func([]byte) (int, error)
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 func osStderr() io.Writer { return os.Stderr }
+
+// leakCheck fails t when goroutines started during t outlive it. It runs after every other
+// cleanup of t (listeners, servers), so it sees what really remains.
+func leakCheck(t *testing.T) {
+	opt := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
+}

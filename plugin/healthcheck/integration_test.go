@@ -1,0 +1,217 @@
+package healthcheck
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/coresteer/coresteer/plugin/pkg/coretest"
+	"github.com/coresteer/coresteer/plugin/pkg/health"
+
+	"github.com/miekg/dns"
+)
+
+func vipOnBoard(vip string) (health.State, bool) {
+	t := health.Default.Lookup(health.Key{Addr: netip.MustParseAddr(vip)})
+	if t == nil {
+		return health.Unknown, false
+	}
+	return t.State(), t.Checked()
+}
+
+func lbCorefile(check, lbs string) string {
+	return fmt.Sprintf(`example.org:0 {
+	bind 127.0.0.1
+	healthcheck {
+		check tcp1 {
+			interval 1s
+			timeout 500ms
+			healthy_threshold 1
+			unhealthy_threshold 1
+			%s
+		}
+		%s
+		log
+	}
+	whoami
+}
+`, check, lbs)
+}
+
+// HC-4 through a real server: a load balancer's VIP is published on the process board and is
+// healthy while at least threshold percent of its backends are; a group with no backend is
+// healthy. Queries pass through healthcheck.
+func TestLoadbalancerHC4(t *testing.T) {
+	leakCheck(t)
+	b1, b2 := listen(t, "127.0.5.1:0"), listen(t, "127.0.5.2:0")
+	s := coretest.Start(t, lbCorefile("", fmt.Sprintf(`
+		loadbalancer 10.99.0.1 {
+			backends %s %s
+			check tcp1
+			threshold 60
+		}
+		loadbalancer 10.99.0.2`, b1.addr(), b2.addr())))
+
+	waitFor(t, "VIP healthy", func() bool { st, _ := vipOnBoard("10.99.0.1"); return st == health.Healthy })
+	if st, checked := vipOnBoard("10.99.0.2"); st != health.Healthy || !checked {
+		t.Fatalf("empty group: %v checked %v, want healthy and published", st, checked)
+	}
+	if _, checked := vipOnBoard("10.99.0.1"); !checked {
+		t.Fatal("VIP not published")
+	}
+	r, err := s.Query("example.org", dns.TypeA)
+	if err != nil || r.Rcode != dns.RcodeSuccess {
+		t.Fatalf("query through healthcheck: %v %v", r, err)
+	}
+	b2.close() // 1/2 = 50 % < 60 %
+	waitFor(t, "VIP unhealthy", func() bool { st, _ := vipOnBoard("10.99.0.1"); return st == health.Unhealthy })
+	if r := health.Default.Lookup(health.Key{Addr: netip.MustParseAddr("10.99.0.1")}); !strings.Contains(r.Status().Reason, "1/2 backends healthy, threshold 60%") {
+		t.Fatalf("reason %q", r.Status().Reason)
+	}
+	listen(t, b2.addr().String())
+	waitFor(t, "VIP healthy again", func() bool { st, _ := vipOnBoard("10.99.0.1"); return st == health.Healthy })
+	s.Stop()
+	if _, checked := vipOnBoard("10.99.0.1"); checked {
+		t.Fatal("VIP still on the board after shutdown")
+	}
+	if n := defaultRegistry.Len(); n != 0 {
+		t.Fatalf("%d probes after shutdown", n)
+	}
+}
+
+// H-3 and H-4 through real caddy reloads: the same (check, target) wanted by several blocks is
+// probed once; a reload keeps the verdicts of the remaining targets (no change at all on the
+// board) and stops the removed ones at once; goroutines do not grow.
+func TestReloadH3H4(t *testing.T) {
+	leakCheck(t)
+	b1, b2 := listen(t, "127.0.5.3:0"), listen(t, "127.0.5.4:0")
+	second := func(backends string) string {
+		return fmt.Sprintf(`
+example.net:0 {
+	bind 127.0.0.1
+	healthcheck {
+		loadbalancer 10.99.1.2 {
+			backends %s
+			check tcp1
+		}
+	}
+	whoami
+}
+`, backends)
+	}
+	both := fmt.Sprintf("%s %s", b1.addr(), b2.addr())
+	cf1 := lbCorefile("", fmt.Sprintf("loadbalancer 10.99.1.1 {\nbackends %s\ncheck tcp1\n}", both)) + second(both)
+	s := coretest.Start(t, cf1)
+	waitFor(t, "VIPs healthy", func() bool {
+		a, _ := vipOnBoard("10.99.1.1")
+		b, _ := vipOnBoard("10.99.1.2")
+		return a == health.Healthy && b == health.Healthy
+	})
+	// H-3: two blocks want both backends: two probes, not four.
+	if n := defaultRegistry.Len(); n != 2 {
+		t.Fatalf("%d probes, want 2 (one per check and target)", n)
+	}
+	k1 := health.Key{Check: "tcp1", Addr: b1.addr().Addr(), Port: b1.addr().Port()}
+	k2 := health.Key{Check: "tcp1", Addr: b2.addr().Addr(), Port: b2.addr().Port()}
+	since := health.Default.Lookup(k1).Status().Since
+
+	var mu sync.Mutex
+	var changes []health.Change
+	cancel := health.Default.Subscribe(func(c health.Change) {
+		mu.Lock()
+		changes = append(changes, c)
+		mu.Unlock()
+	})
+	defer cancel()
+
+	for i := range 3 {
+		// Reload with the same Corefile, then drop backend 2.
+		cf := cf1
+		if i == 2 {
+			cf = lbCorefile("", fmt.Sprintf("loadbalancer 10.99.1.1 {\nbackends %s\ncheck tcp1\n}", b1.addr())) + second(b1.addr().String())
+		}
+		if err := s.Reload(cf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	if len(changes) != 0 {
+		t.Errorf("a reload changed the board: %+v", changes)
+	}
+	mu.Unlock()
+	if st := health.Default.Lookup(k1).Status(); st.State != health.Healthy || !st.Since.Equal(since) {
+		t.Fatalf("backend 1 after reloads: %+v, want healthy since %v", st, since)
+	}
+	// H-4: the removed backend is gone from the registry and the board at once.
+	if n := defaultRegistry.Len(); n != 1 {
+		t.Fatalf("%d probes after removing a backend, want 1", n)
+	}
+	if health.Default.Lookup(k2) != nil {
+		t.Fatal("removed backend still on the board")
+	}
+	s.Stop()
+	if n := defaultRegistry.Len(); n != 0 {
+		t.Fatalf("%d probes after shutdown", n)
+	}
+}
+
+// Configuration errors across server blocks: a check defined twice, and a load balancer naming
+// a check that no block defines. A check of a later block is fine.
+func TestCrossBlockErrors(t *testing.T) {
+	leakCheck(t)
+	block := func(zone, body string) string {
+		return fmt.Sprintf("%s:0 {\nbind 127.0.0.1\nhealthcheck {\n%s\n}\nwhoami\n}\n", zone, body)
+	}
+	_, err := coretest.New(block("example.org", "check web") + block("example.net", "check web"))
+	if err == nil || !strings.Contains(err.Error(), `check "web" defined twice`) {
+		t.Fatalf("duplicate check across blocks: %v", err)
+	}
+	_, err = coretest.New(block("example.org", "check web\nloadbalancer 10.99.2.1 {\nbackends 127.0.5.9\ncheck nope\n}"))
+	if err == nil || !strings.Contains(err.Error(), `loadbalancer 10.99.2.1: check "nope" is not defined in any healthcheck block (defined: web)`) {
+		t.Fatalf("unknown check: %v", err)
+	}
+	if n := defaultRegistry.Len(); n != 0 {
+		t.Fatalf("a refused Corefile left %d probes", n)
+	}
+	_, err = coretest.New(block("example.org", "loadbalancer 10.99.2.1\nloadbalancer 10.99.2.2") + block("example.net", "loadbalancer 10.99.2.1"))
+	if err == nil || !strings.Contains(err.Error(), "loadbalancer 10.99.2.1 defined twice") {
+		t.Fatalf("VIP in two blocks: %v", err)
+	}
+	// Forward reference: block 1's load balancer uses block 2's check.
+	rec := listen(t, "127.0.5.10:0")
+	s := coretest.Start(t, block("example.org", fmt.Sprintf("loadbalancer 10.99.2.3 {\nbackends %s\ncheck later\n}", rec.addr()))+
+		block("example.net", "check later {\ninterval 1s\ntimeout 500ms\n}"))
+	waitFor(t, "VIP of a later block's check", func() bool { st, _ := vipOnBoard("10.99.2.3"); return st == health.Healthy })
+	s.Stop()
+}
+
+// A reload that fails after healthcheck started (a listener that cannot bind) must not leave
+// the new instance's probes running: caddy discards that instance without its OnShutdown.
+func TestFailedReloadReleases(t *testing.T) {
+	leakCheck(t)
+	b1, b2 := listen(t, "127.0.5.11:0"), listen(t, "127.0.5.12:0")
+	s := coretest.Start(t, lbCorefile("", fmt.Sprintf("loadbalancer 10.99.3.1 {\nbackends %s\ncheck tcp1\n}", b1.addr())))
+	waitFor(t, "VIP healthy", func() bool { st, _ := vipOnBoard("10.99.3.1"); return st == health.Healthy })
+	// b2's port is taken by our listener: the new server block cannot bind it.
+	busy := b2.addr()
+	cf := lbCorefile("", fmt.Sprintf("loadbalancer 10.99.3.1 {\nbackends %s %s\ncheck tcp1\n}", b1.addr(), b2.addr())) +
+		fmt.Sprintf("example.net:%d {\nbind %s\nwhoami\n}\n", busy.Port(), busy.Addr())
+	if err := s.Reload(cf); err == nil {
+		t.Fatal("reload onto a busy port succeeded")
+	}
+	if n := defaultRegistry.Len(); n != 1 {
+		t.Fatalf("%d probes after a failed reload, want 1 (the old instance's)", n)
+	}
+	if health.Default.Lookup(health.Key{Check: "tcp1", Addr: b2.addr().Addr(), Port: b2.addr().Port()}) != nil {
+		t.Fatal("the failed instance's target is still on the board")
+	}
+	if st, checked := vipOnBoard("10.99.3.1"); st != health.Healthy || !checked {
+		t.Fatalf("old instance's VIP: %v %v", st, checked)
+	}
+	s.Stop()
+	if n := defaultRegistry.Len(); n != 0 {
+		t.Fatalf("%d probes after shutdown", n)
+	}
+}
