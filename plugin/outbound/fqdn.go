@@ -73,6 +73,9 @@ func (o *Outbound) fqdnRanker(ctx context.Context, state request.Request, from r
 		}
 		return e.rk, nil
 	}
+	if ctx.Value(selfLookupKey{}) != nil {
+		return nil, errSelfLoop // before locking: the outer lookup holds the lock
+	}
 	o.fq.mu.Lock()
 	defer o.fq.mu.Unlock()
 	if e2 := slot.Load(); e2 != e && e2 != nil && o.now().Before(e2.expires) {
@@ -86,7 +89,7 @@ func (o *Outbound) fqdnRanker(ctx context.Context, state request.Request, from r
 	return ne.rk, nil
 }
 
-var errSelfLoop = errors.New("an FQDN target resolves through another FQDN target")
+var errSelfLoop = errors.New("resolving the FQDN target came back to outbound: nothing in this server answers it")
 
 // lookupFQDN resolves the target name through this server for the client of state.
 func (o *Outbound) lookupFQDN(ctx context.Context, state request.Request, prev *fqdnEntry) (*fqdnEntry, error) {

@@ -53,14 +53,17 @@ func (r *resolver) undrop(src netip.Addr) {
 }
 
 // startResolver starts a resolver on ip (a 127.x.y.z address) at a free port shared by UDP and TCP.
-func startResolver(t testing.TB, ip string) *resolver {
+func startResolver(t testing.TB, ip string) *resolver { return startResolverPort(t, ip, "0") }
+
+// startResolverPort starts a resolver on ip:port (port "0": a free one).
+func startResolverPort(t testing.TB, ip, port string) *resolver {
 	t.Helper()
 	r := &resolver{sources: map[netip.Addr]int{}, dropped: map[netip.Addr]bool{}, answer: net.ParseIP("192.0.2.1")}
 	var pc net.PacketConn
 	var l net.Listener
 	var err error
 	for range 20 {
-		pc, err = net.ListenPacket("udp", ip+":0")
+		pc, err = net.ListenPacket("udp", net.JoinHostPort(ip, port))
 		if err != nil {
 			t.Fatal(err)
 		}
