@@ -1,0 +1,11 @@
+package healthcheck
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the package when any goroutine outlives the tests: the scheduler, probes in
+// flight, load-balancer loops, listeners.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
