@@ -65,13 +65,7 @@ func build(origins []string, loc *region.Locator, records []dns.RR, sets []*setS
 		d.byOrigin[o] = z
 		d.origins = append(d.origins, o)
 	}
-	zoneOf := func(name string) *zone {
-		o := d.origins.Matches(name)
-		if o == "" {
-			return nil
-		}
-		return d.byOrigin[o]
-	}
+	zoneOf := d.match
 	nodeOf := func(z *zone, name string) *node {
 		n := z.names[name]
 		if n == nil {

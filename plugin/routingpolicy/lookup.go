@@ -12,6 +12,27 @@ type used struct {
 	o outcome
 }
 
+// source locates the query lazily: only geo and failover policies need the region, and only
+// answers that used it carry an ECS scope (RFC 7871).
+type source struct {
+	loc    *region.Locator
+	w      dns.ResponseWriter
+	r      *dns.Msg
+	public bool
+
+	done bool
+	id   region.ID
+	src  region.Source
+}
+
+func (s *source) region() region.ID {
+	if !s.done {
+		s.done = true
+		s.id, s.src = s.loc.Locate(s.w.RemoteAddr(), s.r, s.public)
+	}
+	return s.id
+}
+
 // result is the outcome of a lookup: the rcode and how many policies answered.
 type result struct {
 	rcode int
@@ -20,7 +41,7 @@ type result struct {
 
 // lookup fills m with the authoritative answer for qname/qtype: the records (in-zone CNAMEs
 // chased), NS in authority for positive answers, the SOA for negative ones.
-func (z *zone) lookup(m *dns.Msg, qname string, qtype uint16, src region.ID, rnd func() uint64, us *[maxChase]used) result {
+func (z *zone) lookup(m *dns.Msg, qname string, qtype uint16, src *source, rnd func() uint64, us *[maxChase]used) result {
 	res := result{rcode: dns.RcodeSuccess}
 	name := qname
 	for depth := 0; depth < maxChase; depth++ {
@@ -78,7 +99,7 @@ func (z *zone) lookup(m *dns.Msg, qname string, qtype uint16, src region.ID, rnd
 				target = lower(c.Target)
 			}
 		}
-		if target == "" || !dns.IsSubDomain(z.origin, target) {
+		if target == "" || !inZone(target, z.origin) {
 			return res
 		}
 		name = target

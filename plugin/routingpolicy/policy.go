@@ -154,16 +154,16 @@ type outcome struct {
 }
 
 // answer appends the records p serves for a query from src to dst.
-func (p *policy) answer(dst []dns.RR, src region.ID, rnd func() uint64) ([]dns.RR, outcome) {
+func (p *policy) answer(dst []dns.RR, s *source, rnd func() uint64) ([]dns.RR, outcome) {
 	switch p.kind {
 	case WRR:
 		it, all := p.pickWRR(rnd)
 		return it.appendRRs(dst, all, rnd), outcome{it: it, failOpen: all && p.anyChecked()}
 	case Geo:
-		it, all, fb := p.pickGeo(src, true)
+		it, all, fb := p.pickGeo(s.region(), true)
 		return it.appendRRs(dst, all, rnd), outcome{it: it, failOpen: all && !p.fence, fallback: fb}
 	case Failover:
-		it, all, o := p.pickFailover(src, rnd)
+		it, all, o := p.pickFailover(s, rnd)
 		o.it = it
 		return it.appendRRs(dst, all, rnd), o
 	}
@@ -288,12 +288,12 @@ func (p *policy) pickGeo(src region.ID, failOpen bool) (it *item, all, fallback 
 }
 
 // pickFailover chooses between the primary set and the backup (R-FO-1..4).
-func (p *policy) pickFailover(src region.ID, rnd func() uint64) (*item, bool, outcome) {
+func (p *policy) pickFailover(s *source, rnd func() uint64) (*item, bool, outcome) {
 	primary := &p.items[0]
 	// R-FO-3: the trickle share goes to the backup even while the primary is healthy. A backup
 	// with nothing healthy does not take trickle traffic.
 	if p.trickle > 0 && (p.trickle >= 1 || unit(rnd()) < p.trickle) {
-		if it, all, fb := p.backup.pickGeo(src, false); it != nil {
+		if it, all, fb := p.backup.pickGeo(s.region(), false); it != nil {
 			return it, all, outcome{backup: true, fallback: fb}
 		}
 	}
@@ -302,7 +302,7 @@ func (p *policy) pickFailover(src region.ID, rnd func() uint64) (*item, bool, ou
 		return primary, false, outcome{}
 	}
 	// R-FO-2: the backup, by the geo rules.
-	if it, all, fb := p.backup.pickGeo(src, false); it != nil {
+	if it, all, fb := p.backup.pickGeo(s.region(), false); it != nil {
 		return it, all, outcome{backup: true, fallback: fb}
 	}
 	// R-FO-4: both unhealthy: fail open, as if everything were healthy.

@@ -75,13 +75,12 @@ func (rp *RoutingPolicy) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *
 		return dns.RcodeRefused, nil
 	}
 
-	src, source := rp.cfg.Locator.Locate(w.RemoteAddr(), r, rp.cfg.Public)
-
+	src := source{loc: rp.cfg.Locator, w: w, r: r, public: rp.cfg.Public, id: region.None}
 	m := new(dns.Msg)
 	m.SetReply(r)
 	m.Authoritative = true
 	var used [maxChase]used
-	res := z.lookup(m, qname, qtype, src, rp.rnd, &used)
+	res := z.lookup(m, qname, qtype, &src, rp.rnd, &used)
 
 	if res.rcode == dns.RcodeNameError && len(m.Answer) == 0 && rp.cfg.Fall.Through(qname) {
 		return plugin.NextOrFailure(rp.Name(), rp.Next, ctx, w, r)
@@ -89,18 +88,18 @@ func (rp *RoutingPolicy) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *
 	m.Rcode = res.rcode
 
 	if res.n > 0 {
-		rp.account(ctx, used[:res.n], src)
-		if source.ECS != nil {
+		rp.account(ctx, used[:res.n], src.id)
+		if src.src.ECS != nil {
 			// L-1: the answer used the client subnet: set its scope (RFC 7871).
 			o := m.IsEdns0()
 			if o == nil {
 				m.SetEdns0(dns.MinMsgSize, false)
 				o = m.IsEdns0()
 			}
-			o.Option = append(o.Option, region.ScopeOption(source.ECS))
+			o.Option = append(o.Option, region.ScopeOption(src.src.ECS))
 		}
 		if rp.cfg.Log {
-			rp.logAnswer(state, used[:res.n], src)
+			rp.logAnswer(state, used[:res.n], src.region())
 		}
 	}
 	state.SizeAndDo(m)

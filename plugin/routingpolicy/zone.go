@@ -52,11 +52,29 @@ type data struct {
 	policies []*policy
 }
 
-// match returns the zone qname belongs to, or nil.
+// match returns the zone qname (lower case, fully qualified) belongs to, the longest origin
+// winning, or nil. It compares suffixes on label boundaries and does not allocate.
 func (d *data) match(qname string) *zone {
-	o := d.origins.Matches(qname)
-	if o == "" {
-		return nil
+	var best *zone
+	for _, z := range d.zones {
+		o := z.origin
+		if !inZone(qname, o) {
+			continue
+		}
+		if best == nil || len(o) > len(best.origin) {
+			best = z
+		}
 	}
-	return d.byOrigin[o]
+	return best
+}
+
+// inZone reports whether name is origin or below it; both lower case and fully qualified.
+func inZone(name, origin string) bool {
+	if origin == "." {
+		return true
+	}
+	if len(name) < len(origin) || name[len(name)-len(origin):] != origin {
+		return false
+	}
+	return len(name) == len(origin) || name[len(name)-len(origin)-1] == '.'
 }
