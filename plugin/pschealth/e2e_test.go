@@ -18,7 +18,9 @@ import (
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 	"github.com/coresteer/coresteer/plugin/pkg/health"
 	_ "github.com/coresteer/coresteer/plugin/pschealth"
+	_ "github.com/coresteer/coresteer/plugin/routingpolicy"
 
+	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -205,20 +207,55 @@ func compositeMetric(t *testing.T, composite, state string) float64 {
 	return -1
 }
 
-// Through a real server, real HTTP probes: healthcheck's verdicts flow into pschealth's
-// composites on the process board (P-1..P-4), dry_run publishes nothing (P-6), and a real caddy
-// reload keeps the composite state (H-4).
-func TestEndToEndBoard(t *testing.T) {
+// The routingpolicy zone: a failover record set (primary region A, backup region B) and a geo
+// record set (the server is in us-east1, region A's location) whose addresses are the two
+// destinations, with no check of their own: they follow the composites.
+const zone = `routingpolicy {
+		region us-east1
+		failover fo A 30 "127.0.9.1" "europe-west1=127.0.9.2"
+		geo geo A 30 "us-east1=127.0.9.1;europe-west1=127.0.9.2"
+	}`
+
+// answers returns the A answers for name, sorted and joined.
+func answers(t *testing.T, s *coretest.Server, name string) string {
+	t.Helper()
+	m, err := s.Query(name, dns.TypeA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, rr := range m.Answer {
+		if a, ok := rr.(*dns.A); ok {
+			out = append(out, a.A.String())
+		}
+	}
+	return strings.Join(out, ",")
+}
+
+// servedBy reports whether both record sets answer with dest.
+func servedBy(t *testing.T, s *coretest.Server, dest string) bool {
+	return answers(t, s, "fo.example.org.") == dest && answers(t, s, "geo.example.org.") == dest
+}
+
+// Through a real server, real HTTP probes on 127.0.x.y: two regions, each a published service
+// (a composite over two sources of two backends). Breaking region A's web backends fails its
+// policy: the failover and geo answers move to region B; repairing them brings the answers back
+// (P-1..P-4, R-FO-2, R-GEO-4). With dry_run the answers never move, while the logs and the metrics
+// show the change (P-6). A real caddy reload in the middle keeps the composite state (H-4).
+func TestEndToEndFailover(t *testing.T) {
 	for _, dry := range []bool{false, true} {
 		t.Run(map[bool]string{false: "published", true: "dry_run"}[dry], func(t *testing.T) {
 			logs := captureLog(t)
 			a, b := newRegion(t, "a", 1), newRegion(t, "b", 2)
-			cf := corefile(a, b, dry, "")
+			cf := corefile(a, b, dry, zone)
 			s := coretest.Start(t, cf)
 
 			waitFor(t, "both composites healthy", func() bool {
 				return compositeMetric(t, "svc-a", "healthy") == 1 && compositeMetric(t, "svc-b", "healthy") == 1
 			})
+			if !servedBy(t, s, a.dest) {
+				t.Fatalf("region A healthy: fo %s geo %s, want %s", answers(t, s, "fo.example.org."), answers(t, s, "geo.example.org."), a.dest)
+			}
 			if st, checked := destState(a.destKey); checked == dry || (!dry && st != health.Healthy) {
 				t.Fatalf("destination A: %s checked %v", st, checked)
 			}
@@ -234,6 +271,14 @@ func TestEndToEndBoard(t *testing.T) {
 			}
 			if st, _ := destState(b.destKey); !dry && st != health.Healthy {
 				t.Errorf("destination B %s", st)
+			}
+			if dry {
+				// P-6: consumers unaffected.
+				if !servedBy(t, s, a.dest) {
+					t.Errorf("dry run moved the answers: fo %s geo %s", answers(t, s, "fo.example.org."), answers(t, s, "geo.example.org."))
+				}
+			} else {
+				waitFor(t, "answers moved to region B", func() bool { return servedBy(t, s, b.dest) })
 			}
 			// The metric is set just before the line is written: wait for it. Probes are not
 			// synchronised, so the first failing web backend (1/2 = 50 %) already fails web-a.
@@ -261,12 +306,58 @@ func TestEndToEndBoard(t *testing.T) {
 			if n := logs.count(`"svc-a"`); n != lines {
 				t.Errorf("reload logged %d lines about svc-a", n-lines)
 			}
+			// Right after the reload, before any new probe: still the same answers.
+			want := b.dest
+			if dry {
+				want = a.dest
+			}
+			if !servedBy(t, s, want) {
+				t.Errorf("after reload: fo %s geo %s, want %s", answers(t, s, "fo.example.org."), answers(t, s, "geo.example.org."), want)
+			}
 
 			a.breakWeb(false)
 			waitFor(t, "svc-a healthy again", func() bool { return compositeMetric(t, "svc-a", "healthy") == 1 })
 			if st, _ := destState(a.destKey); !dry && st != health.Healthy {
 				t.Errorf("destination A %s after repair", st)
 			}
+			waitFor(t, "answers back in region A", func() bool { return servedBy(t, s, a.dest) })
+			if dry {
+				waitFor(t, "the dry-run repair logged", func() bool {
+					return logs.count("Dry run:", `"svc-a"`, "would be healthy, was unhealthy") == 1
+				})
+			}
 		})
+	}
+}
+
+// A destination that is also a healthcheck loadbalancer VIP: healthcheck starts first and
+// publishes the VIP; pschealth logs the clash and leaves the address to the load balancer.
+func TestEndToEndVIPClash(t *testing.T) {
+	logs := captureLog(t)
+	a, b := newRegion(t, "a", 1), newRegion(t, "b", 2)
+	lb := fmt.Sprintf(`healthcheck {
+		check api {
+			protocol http
+			interval 1s
+			timeout 500ms
+			healthy_threshold 1
+			unhealthy_threshold 1
+		}
+		loadbalancer %s {
+			backends %s
+			check api
+		}
+	}`, a.dest, addrs(b.api))
+	// The load balancer is in a second server block of the same Corefile (one healthcheck
+	// block per server block).
+	cf := corefile(a, b, false, "") + "\nexample.net:0 {\n\tbind 127.0.0.1\n\t" + lb + "\n}\n"
+	coretest.Start(t, cf)
+	if n := logs.count("[ERROR] plugin/pschealth", "Destination 127.0.9.1 of composite \"svc-a\" is already published by another writer"); n != 1 {
+		t.Errorf("%d clash lines, want 1", n)
+	}
+	a.breakWeb(true)
+	waitFor(t, "svc-a computed unhealthy", func() bool { return compositeMetric(t, "svc-a", "unhealthy") == 1 })
+	if st, checked := destState(a.destKey); st == health.Unhealthy || !checked {
+		t.Errorf("VIP overwritten by the composite: %s checked %v", st, checked)
 	}
 }
