@@ -135,7 +135,7 @@ func (d *demo) run(ctx context.Context, bin, conf, logPath string) error {
 	if err := waitAnswer(ctx, usCli, "shop.coresteer.example", "127.0.10.100", 30*time.Second); err != nil {
 		return err
 	}
-	if err := waitAnswer(ctx, usCli, "app.coresteer.example", "127.0.10.", 30*time.Second); err != nil {
+	if err := waitAnswer(ctx, usCli, "app.coresteer.example", "127.0.10.11 127.0.10.12", 30*time.Second); err != nil {
 		return err
 	}
 	fmt.Printf("   after %.1fs (2 good probes) answers are back:\n", time.Since(start).Seconds())
@@ -186,7 +186,7 @@ func show(from, name string) {
 		fmt.Printf("   from %s: %s -> error %v\n", from, name, err)
 		return
 	}
-	fmt.Printf("   $ kdig @127.0.0.1 -p 1053 +short %s   # from %s\n   %s %s\n", name, from,
+	fmt.Printf("   $ kdig -b %s @127.0.0.1 -p 1053 +short %s\n   %s %s\n", from, name,
 		dns.RcodeToString[r.Rcode], strings.Join(answers(r), " "))
 }
 
@@ -209,12 +209,13 @@ func split(from, name string, n int) {
 	}
 }
 
-// waitAnswer polls until name, asked from from, has an answer starting with prefix.
+// waitAnswer polls until name, asked from from, has answers (sorted, space-separated) that
+// start with prefix.
 func waitAnswer(ctx context.Context, from, name, prefix string, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	for time.Now().Before(deadline) {
 		if r, err := query(from, name); err == nil {
-			if a := answers(r); len(a) > 0 && strings.HasPrefix(a[0], prefix) {
+			if a := answers(r); len(a) > 0 && strings.HasPrefix(strings.Join(a, " "), prefix) {
 				return nil
 			}
 		}

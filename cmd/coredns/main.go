@@ -7,8 +7,12 @@ import (
 	_ "github.com/coredns/coredns/core/plugin" // Every in-tree CoreDNS plugin.
 	"github.com/coredns/coredns/coremain"
 
+	_ "github.com/coresteer/coresteer/plugin/healthcheck"
+	_ "github.com/coresteer/coresteer/plugin/outbound"
 	"github.com/coresteer/coresteer/plugin/pkg/chain"
 	"github.com/coresteer/coresteer/plugin/pkg/version"
+	_ "github.com/coresteer/coresteer/plugin/pschealth"
+	_ "github.com/coresteer/coresteer/plugin/routingpolicy"
 )
 
 func main() {
