@@ -82,17 +82,19 @@ func TestCorefileKeepsClusterZone(t *testing.T) {
 	c := load(t)
 	t.Setenv("REGION", "europe-west1")
 	blocks := parseCorefile(t, c.configMap.Data["Corefile"])
-	var root, steer *caddyfile.ServerBlock
+	var root, steer, corp *caddyfile.ServerBlock
 	for i, b := range blocks {
 		switch {
 		case slices.Contains(b.Keys, ".:53"):
 			root = &blocks[i]
-		case slices.ContainsFunc(b.Keys, func(k string) bool { return strings.HasSuffix(k, ".example:53") }):
+		case slices.Contains(b.Keys, "steer.example:53"):
 			steer = &blocks[i]
+		case slices.Contains(b.Keys, "corp.example:53"):
+			corp = &blocks[i]
 		}
 	}
-	if root == nil || steer == nil {
-		t.Fatalf("want a .:53 block and an example zone block on :53, got %d blocks", len(blocks))
+	if root == nil || steer == nil || corp == nil {
+		t.Fatalf("want the blocks .:53, steer.example:53 and corp.example:53, got %d blocks", len(blocks))
 	}
 	want := map[string]string{
 		"kubernetes":  "cluster.local in-addr.arpa ip6.arpa",
@@ -128,6 +130,9 @@ func TestCorefileKeepsClusterZone(t *testing.T) {
 		if _, ok := steer.Tokens[dir]; !ok {
 			t.Errorf("the example zone block has no %s", dir)
 		}
+	}
+	if _, ok := corp.Tokens["outbound"]; !ok {
+		t.Error("the corp.example block has no outbound")
 	}
 	// {$REGION} is substituted when the Corefile is read.
 	if toks := steer.Tokens["routingpolicy"]; !slices.ContainsFunc(toks, func(tk caddyfile.Token) bool { return tk.Text == "europe-west1" }) {

@@ -4,6 +4,7 @@ package kubernetes_test
 // starts with the same directives the image has.
 import (
 	_ "github.com/coresteer/coresteer/plugin/healthcheck"   // healthcheck directive
+	_ "github.com/coresteer/coresteer/plugin/outbound"      // outbound directive
 	_ "github.com/coresteer/coresteer/plugin/pschealth"     // pschealth directive
 	_ "github.com/coresteer/coresteer/plugin/routingpolicy" // routingpolicy directive
 )

@@ -51,6 +51,7 @@ func testCorefile(t *testing.T, corefile, upstream string, probePort int) string
 	rewrites := []rewrite{
 		{".:53 {", ".:" + dnsPort + " {\n    bind " + host, "DNS listener"},
 		{"steer.example:53 {", "steer.example:" + dnsPort + " {\n    bind " + host, "DNS listener"},
+		{"corp.example:53 {", "corp.example:" + dnsPort + " {\n    bind " + host, "DNS listener"},
 		{"health {", "health " + host + ":8080 {", "liveness listener"},
 		// Shorter lameduck so stopping the test server does not sleep 5 s.
 		{"lameduck 5s", "lameduck 100ms", "shutdown delay"},
@@ -61,6 +62,8 @@ func testCorefile(t *testing.T, corefile, upstream string, probePort int) string
 		{"kubernetes cluster.local in-addr.arpa ip6.arpa {", "kubernetes cluster.local in-addr.arpa ip6.arpa {\n        endpoint http://127.0.0.1:1", "Kubernetes API"},
 		// The node's resolvers are not ours to query; a fake upstream on loopback.
 		{"forward . /etc/resolv.conf {", "forward . " + upstream + " {", "upstream resolvers"},
+		// The on-prem resolvers are the same fake upstream, declared private for the test.
+		{"to 10.0.0.53 10.0.1.53", "to " + upstream + "\n            private 127.0.0.0/8", "on-prem resolvers"},
 		// Probe fast, on our listeners' port, so first verdicts come in seconds.
 		{"port 80", "port " + strconv.Itoa(probePort), "health-check port"},
 		{"interval 30s", "interval 1s", "health-check interval"},
@@ -158,8 +161,9 @@ func renderBlock(b caddyfile.ServerBlock) string {
 	return sb.String()
 }
 
-// upstream is a resolver on loopback standing in for the node's: it answers upstream.test. with
-// an A record and everything else (the loop plugin's probe among them) with NXDOMAIN.
+// upstream is a resolver on loopback standing in for the node's and the on-prem ones: it answers
+// upstream.test. and db.corp.example. with an A record each and everything else (the loop
+// plugin's probe among them) with NXDOMAIN.
 func upstream(t *testing.T) string {
 	t.Helper()
 	pc, err := net.ListenPacket("udp", "127.53.0.2:0")
@@ -170,10 +174,11 @@ func upstream(t *testing.T) string {
 	srv := &dns.Server{PacketConn: pc, NotifyStartedFunc: func() { close(started) }, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
 		m := new(dns.Msg)
 		m.SetReply(r)
-		if len(r.Question) == 1 && r.Question[0].Name == "upstream.test." && r.Question[0].Qtype == dns.TypeA {
+		answers := map[string]net.IP{"upstream.test.": net.IPv4(127, 53, 0, 99), "db.corp.example.": net.IPv4(127, 53, 0, 98)}
+		if q := r.Question; len(q) == 1 && q[0].Qtype == dns.TypeA && answers[q[0].Name] != nil {
 			m.Answer = append(m.Answer, &dns.A{
-				Hdr: dns.RR_Header{Name: "upstream.test.", Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60},
-				A:   net.IPv4(127, 53, 0, 99),
+				Hdr: dns.RR_Header{Name: q[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60},
+				A:   answers[q[0].Name],
 			})
 		} else {
 			m.Rcode = dns.RcodeNameError
@@ -289,6 +294,19 @@ func TestConfigMapCorefileServes(t *testing.T) {
 		}
 		if got := answerA(r); !slices.Equal(got, []string{"127.53.0.99"}) {
 			t.Errorf("upstream.test. A = %v (rcode %s), want the fake upstream's 127.53.0.99", got, dns.RcodeToString[r.Rcode])
+		}
+	})
+
+	t.Run("private zone forwarded by outbound", func(t *testing.T) {
+		if slices.Contains(missing, "outbound") {
+			t.Skip("outbound is not imported in plugins_test.go")
+		}
+		r, err := s.Query("db.corp.example.", dns.TypeA)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := answerA(r); !slices.Equal(got, []string{"127.53.0.98"}) {
+			t.Errorf("db.corp.example. A = %v (rcode %s), want the resolver's 127.53.0.98", got, dns.RcodeToString[r.Rcode])
 		}
 	})
 
