@@ -27,8 +27,9 @@ type running struct {
 
 // binding is one board target written by one probe.
 type binding struct {
-	p *probe
-	t *health.Target
+	p   *probe
+	run *checkRun
+	t   *health.Target
 }
 
 // vipState is a load balancer as one instance publishes it.
@@ -83,7 +84,7 @@ func (h *HealthCheck) OnStartup() error {
 		h.board.Publish(t)
 		p := h.reg.acquire(cr, netip.AddrPortFrom(k.Addr, port))
 		h.reg.attach(p, t)
-		run.probes = append(run.probes, binding{p: p, t: t})
+		run.probes = append(run.probes, binding{p: p, run: cr, t: t})
 	}
 	for _, lb := range h.cfg.lbs {
 		v := &vipState{lb: lb, vip: h.board.Acquire(health.Key{Addr: lb.VIP})}
@@ -159,7 +160,7 @@ func (h *HealthCheck) OnShutdown() error {
 	}
 	for _, b := range run.probes {
 		h.reg.detach(b.p, b.t)
-		h.reg.release(b.p)
+		h.reg.release(b.p, b.run)
 		h.board.Unpublish(b.t)
 		h.board.Release(b.t)
 	}

@@ -75,9 +75,10 @@ func TestTCPListenerClosedAndReopened(t *testing.T) {
 	c := grid(1, 1)
 	c.Interval, c.Timeout = 10*time.Second, 2*time.Second
 	bt := b.Acquire(health.Key{Check: "web", Addr: target.Addr(), Port: target.Port()})
-	p := r.acquire(newCheckRun(c), target)
+	run := newCheckRun(c)
+	p := r.acquire(run, target)
 	r.attach(p, bt)
-	defer func() { r.detach(p, bt); r.release(p) }()
+	defer func() { r.detach(p, bt); r.release(p, run) }()
 	waitRounds(t, r, 1)
 	if bt.State() != health.Healthy {
 		t.Fatalf("listener open: %v (%s), want healthy", bt.State(), bt.Status().Reason)
@@ -205,9 +206,10 @@ func TestProberSourcesHC2(t *testing.T) {
 		c.Regions = append(c.Regions, Region{Name: name, Sources: []netip.Addr{netip.MustParseAddr(srcs[i])}})
 	}
 	bt := b.Acquire(health.Key{Check: "web", Addr: target.Addr()})
-	p := r.acquire(newCheckRun(c), target)
+	run := newCheckRun(c)
+	p := r.acquire(run, target)
 	r.attach(p, bt)
-	defer func() { r.detach(p, bt); r.release(p) }()
+	defer func() { r.detach(p, bt); r.release(p, run) }()
 	waitRounds(t, r, 1)
 	waitFor(t, "6 connections", func() bool { rec.mu.Lock(); defer rec.mu.Unlock(); return rec.total == 6 })
 	rec.mu.Lock()
@@ -250,9 +252,10 @@ func TestBindFailureIsNoResultHC3(t *testing.T) {
 		{Name: "europe-west1", Sources: []netip.Addr{netip.MustParseAddr("192.0.2.1")}},
 	}
 	bt := b.Acquire(health.Key{Check: "web", Addr: rec.addr().Addr()})
-	p := r.acquire(newCheckRun(c), rec.addr())
+	run := newCheckRun(c)
+	p := r.acquire(run, rec.addr())
 	r.attach(p, bt)
-	defer func() { r.detach(p, bt); r.release(p) }()
+	defer func() { r.detach(p, bt); r.release(p, run) }()
 	waitRounds(t, r, 1)
 	clk.Advance(c.Interval)
 	waitRounds(t, r, 2)
@@ -274,9 +277,10 @@ func TestBindFailureIsNoResultHC3(t *testing.T) {
 	r2, _, b2 := testRegistry(t)
 	bt2 := b2.Acquire(health.Key{Check: "web", Addr: rec.addr().Addr()})
 	bad.Port = rec.addr().Port()
-	p2 := r2.acquire(newCheckRun(bad), rec.addr())
+	run2 := newCheckRun(bad)
+	p2 := r2.acquire(run2, rec.addr())
 	r2.attach(p2, bt2)
-	defer func() { r2.detach(p2, bt2); r2.release(p2) }()
+	defer func() { r2.detach(p2, bt2); r2.release(p2, run2) }()
 	waitRounds(t, r2, 1)
 	if bt2.State() != health.Unknown {
 		t.Fatalf("%v, want unknown when no prober could run", bt2.State())

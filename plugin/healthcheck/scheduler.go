@@ -114,7 +114,8 @@ type probe struct {
 	key probeKey
 
 	// guarded by Registry.mu
-	run   *checkRun
+	run   *checkRun   // the latest acquirer's: the one probing
+	runs  []*checkRun // one per reference, oldest first
 	url   string
 	refs  int
 	due   time.Time
@@ -331,32 +332,52 @@ func (r *Registry) acquire(run *checkRun, target netip.AddrPort) *probe {
 		r.probes[k] = p
 		targetState.WithLabelValues(k.check, target.String()).Set(float64(health.Unknown))
 		r.kick()
-	case p.run != run:
-		// A reload with the same (check, target): keep the state and the schedule (H-4). When
-		// the probe itself changed, earlier results say nothing about it: restart the counters.
-		if p.run.identity != run.identity {
-			p.mu.Lock()
-			p.streak.successes, p.streak.failures = 0, 0
-			p.mu.Unlock()
-		}
-		p.run = run
-		p.url = probeURL(run.check, target)
-		if latest := now.Add(run.check.Interval); p.due.After(latest) {
-			p.due = now.Add(r.jitter(run.check.Interval))
-			heap.Fix(&r.queue, p.index)
-			r.kick()
-		}
+	default:
+		r.use(p, run, now)
 	}
+	p.runs = append(p.runs, run)
 	p.refs++
 	return p
 }
 
-// release drops a reference; the last one stops the probe at once and removes its series.
-func (r *Registry) release(p *probe) {
+// use makes run the one probing p. A reload with the same (check, target) keeps the state and
+// the schedule (H-4); when the probe itself changed, earlier results say nothing about it, so
+// the counters restart. A shorter interval brings the next round forward.
+func (r *Registry) use(p *probe, run *checkRun, now time.Time) {
+	if p.run == run {
+		return
+	}
+	if p.run.identity != run.identity {
+		p.mu.Lock()
+		p.streak.successes, p.streak.failures = 0, 0
+		p.mu.Unlock()
+	}
+	p.run = run
+	p.url = probeURL(run.check, p.key.target)
+	if latest := now.Add(run.check.Interval); p.due.After(latest) {
+		p.due = now.Add(r.jitter(run.check.Interval))
+		heap.Fix(&r.queue, p.index)
+		r.kick()
+	}
+}
+
+// release drops the reference taken with run; the last one stops the probe at once and
+// removes its series. When the latest acquirer releases first (a reload that failed after our
+// startup), the previous definition probes again.
+func (r *Registry) release(p *probe, run *checkRun) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p.refs--
+	for i, x := range p.runs {
+		if x == run {
+			p.runs = append(p.runs[:i], p.runs[i+1:]...)
+			break
+		}
+	}
 	if p.refs > 0 {
+		if len(p.runs) > 0 {
+			r.use(p, p.runs[len(p.runs)-1], r.clock.Now())
+		}
 		return
 	}
 	p.gone = true

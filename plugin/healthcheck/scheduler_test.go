@@ -128,7 +128,7 @@ func TestSchedulerThresholds(t *testing.T) {
 	}
 	r.detach(p, bt2)
 	r.detach(p, bt)
-	r.release(p)
+	r.release(p, run)
 }
 
 // HC-5: first probes are spread over the interval. 1000 targets with a 30 s interval: each
@@ -170,7 +170,7 @@ func TestJitterHC5(t *testing.T) {
 		t.Errorf("%d rounds after a tenth of the interval, want %d", got, buckets[0])
 	}
 	for _, p := range probes {
-		r.release(p)
+		r.release(p, run)
 	}
 }
 
@@ -210,7 +210,7 @@ func TestBoundedConcurrencyHC5(t *testing.T) {
 		t.Fatalf("total %d peak %d, want 50 and 5", total.Load(), peak.Load())
 	}
 	for _, p := range probes {
-		r.release(p)
+		r.release(p, run)
 	}
 }
 
@@ -224,7 +224,8 @@ func TestReloadKeepsCountersH4(t *testing.T) {
 	c := grid(1, 1)
 	c.Interval = 10 * time.Second
 	bt := b.Acquire(health.Key{Check: "web", Addr: tgt.Addr()})
-	p := r.acquire(newCheckRun(c), tgt)
+	run1 := newCheckRun(c)
+	p := r.acquire(run1, tgt)
 	r.attach(p, bt)
 	waitRounds(t, r, 1)
 	s.set(tgt, failure)
@@ -238,13 +239,14 @@ func TestReloadKeepsCountersH4(t *testing.T) {
 	// Reload: same definition, new interval.
 	c2 := *c
 	c2.Interval = 20 * time.Second
-	p2 := r.acquire(newCheckRun(&c2), tgt)
+	run2 := newCheckRun(&c2)
+	p2 := r.acquire(run2, tgt)
 	if p2 != p {
 		t.Fatal("a reload created a second probe for the same (check, target) (H-3)")
 	}
 	r.attach(p2, bt)
 	r.detach(p, bt)
-	r.release(p)
+	r.release(p, run1)
 	if r.Len() != 1 || p.due != due {
 		t.Fatalf("after reload: %d probes, due %v (was %v)", r.Len(), p.due, due)
 	}
@@ -260,8 +262,9 @@ func TestReloadKeepsCountersH4(t *testing.T) {
 	waitRounds(t, r, 4) // one success of two
 	c3 := c2
 	c3.Path, c3.Protocol = "/other", HTTP
-	p3 := r.acquire(newCheckRun(&c3), tgt)
-	r.release(p2)
+	run3 := newCheckRun(&c3)
+	p3 := r.acquire(run3, tgt)
+	r.release(p2, run2)
 	clk.Advance(20 * time.Second)
 	waitRounds(t, r, 5)
 	if bt.State() != health.Unhealthy {
@@ -273,7 +276,7 @@ func TestReloadKeepsCountersH4(t *testing.T) {
 		t.Fatalf("%v, want healthy after 2 successes of the new probe", bt.State())
 	}
 	r.detach(p3, bt)
-	r.release(p3)
+	r.release(p3, run3)
 }
 
 // H-4: the last release stops the probe at once, cancelling a probe in flight, and no round
@@ -291,7 +294,7 @@ func TestReleaseStopsAtOnceH4(t *testing.T) {
 	run := newCheckRun(grid(1, 1))
 	p := r.acquire(run, tgt)
 	<-started
-	r.release(p)
+	r.release(p, run)
 	waitRounds(t, r, 1) // the cancelled round finishes at once
 	if r.Len() != 0 {
 		t.Fatalf("%d probes after the last release", r.Len())
@@ -301,4 +304,31 @@ func TestReleaseStopsAtOnceH4(t *testing.T) {
 	if calls.Load() != 1 {
 		t.Fatalf("%d probe calls, want 1: a released probe ran again", calls.Load())
 	}
+}
+
+// A reload that fails after our startup releases the new definition first: the previous one
+// probes again.
+func TestFailedReloadRevertsDefinition(t *testing.T) {
+	r, _, _ := testRegistry(t)
+	r.probe = newScript().probe
+	c1 := grid(1, 1)
+	c2 := *c1
+	c2.Port = 8080
+	run1, run2 := newCheckRun(c1), newCheckRun(&c2)
+	p := r.acquire(run1, tgt)
+	r.acquire(run2, tgt)
+	r.mu.Lock()
+	cur := p.run
+	r.mu.Unlock()
+	if cur != run2 {
+		t.Fatal("the latest definition does not probe")
+	}
+	r.release(p, run2)
+	r.mu.Lock()
+	cur = p.run
+	r.mu.Unlock()
+	if cur != run1 || r.Len() != 1 {
+		t.Fatalf("after the new instance released: run %p, want the old %p", cur, run1)
+	}
+	r.release(p, run1)
 }
