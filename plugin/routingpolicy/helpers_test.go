@@ -12,6 +12,7 @@ import (
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/test"
+	"github.com/coredns/coredns/request"
 	"github.com/coresteer/coresteer/plugin/pkg/health"
 
 	"github.com/miekg/dns"
@@ -123,3 +124,13 @@ func count(t testing.TB, rp *RoutingPolicy, name string, client string, n int) m
 	}
 	return out
 }
+
+func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+func newRequest(name string) reqState {
+	m := new(dns.Msg)
+	m.SetQuestion(name, dns.TypeA)
+	return reqState{W: &test.ResponseWriter{}, Req: m}
+}
+
+type reqState = request.Request

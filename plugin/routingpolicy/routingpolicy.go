@@ -36,6 +36,7 @@ type RoutingPolicy struct {
 	stop    chan struct{}
 	done    chan struct{}
 	started bool
+	dnssec  bool // dnssec is in the server block: R-SEC-1 applies to reloaded data too
 	stamps  [2]fileStamp
 
 	Next plugin.Handler
@@ -146,6 +147,7 @@ func (rp *RoutingPolicy) OnStartup(conf *dnsserver.Config) error {
 	rp.started = true
 	if conf != nil {
 		if conf.Handler("dnssec") != nil {
+			rp.dnssec = true
 			// R-SEC-1, now that the board knows which addresses are derived VIPs.
 			if err := d.checkDNSSEC(); err != nil {
 				d.release(rp.board)
@@ -216,6 +218,16 @@ func (rp *RoutingPolicy) reloadIfChanged(now time.Time) bool {
 	}
 	if rp.started {
 		d.acquire(rp.board)
+	}
+	if rp.dnssec {
+		if err := d.checkDNSSEC(); err != nil {
+			if rp.started {
+				d.release(rp.board)
+			}
+			reloadsTotal.WithLabelValues(zone, "failure").Inc()
+			log.Errorf("Reload of %v refused, serving the last good data: %v", rp.cfg.Zones, err)
+			return false
+		}
 	}
 	old := rp.data.Swap(d)
 	if rp.started {
