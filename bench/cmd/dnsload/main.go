@@ -316,14 +316,18 @@ func receive(s *sock, c *counter, start time.Time, o options) {
 		if !ok {
 			continue // late answer of a query already counted as a timeout
 		}
-		if m.Rcode == dns.RcodeSuccess || m.Rcode == dns.RcodeNameError {
+		switch {
+		case now.Sub(p.at) > o.timeout:
+			// Answered, but after the client gave up (the sweeper runs every 50 ms).
+			c.add(p.bucket, func(b *Bucket) { b.Timeout++ })
+		case m.Rcode == dns.RcodeSuccess || m.Rcode == dns.RcodeNameError:
 			c.mu.Lock()
 			if p.bucket < len(c.buckets) {
 				c.buckets[p.bucket].OK++
 			}
 			c.lat = append(c.lat, now.Sub(p.at))
 			c.mu.Unlock()
-		} else {
+		default:
 			c.add(p.bucket, func(b *Bucket) { b.Failed++ })
 		}
 	}
@@ -398,8 +402,12 @@ func summarize(buckets []Bucket, lat []time.Duration, bucket, at time.Duration, 
 
 func report(w *os.File, c *counter, o options) {
 	s := summarize(c.buckets, c.lat, o.bucket, o.at, o.steady)
-	fmt.Fprintf(w, "sent=%d ok=%d failed=%d timeout=%d failed_after=%d steady_s=%.2f p50_ms=%.3f p99_ms=%.3f p999_ms=%.3f\n",
-		s.Sent, s.OK, s.Failed, s.Timeout, s.FailedAfter, s.Steady.Seconds(),
+	steady := "-1" // never steady within the run
+	if s.Steady >= 0 {
+		steady = fmt.Sprintf("%.2f", s.Steady.Seconds())
+	}
+	fmt.Fprintf(w, "sent=%d ok=%d failed=%d timeout=%d failed_after=%d steady_s=%s p50_ms=%.3f p99_ms=%.3f p999_ms=%.3f\n",
+		s.Sent, s.OK, s.Failed, s.Timeout, s.FailedAfter, steady,
 		ms(s.P50), ms(s.P99), ms(s.P999))
 }
 
