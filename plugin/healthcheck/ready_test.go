@@ -33,6 +33,7 @@ func testInstance(t *testing.T, corefile string, want ...health.Key) (*HealthChe
 	b := health.NewBoard(clk.Now)
 	r := NewRegistry(b, clk)
 	r.jitter = func(d time.Duration) time.Duration { return d / 2 }
+	r.early = 0
 	return &HealthCheck{cfg: cfg, board: b, reg: r, demand: d}, r, clk, b
 }
 

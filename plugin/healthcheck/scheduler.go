@@ -15,8 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// maxConcurrent bounds the probes in flight in the whole process (HC-5). A probe that finds
-// every slot taken waits for one; the scheduler does not start a goroutine per target per tick.
+// maxConcurrent bounds the probes in flight in the whole process (HC-5): it is the size of the
+// worker pool. A probe that finds every worker busy waits for one.
 const maxConcurrent = 1024
 
 // Registry is the process-wide owner of probes. Each (check, target) is probed once however
@@ -25,12 +25,16 @@ const maxConcurrent = 1024
 // its verdict, its threshold counters and its schedule (H-4); the last release stops it at once,
 // cancelling a probe in flight.
 //
-// One scheduler goroutine keeps a timer heap of the next round of every probe and starts the
-// probes that are due, each bounded by a semaphore of maxConcurrent slots.
+// One scheduler goroutine keeps a timer heap of the next round of every probe and hands the
+// probes that are due to a pool of workers. Workers start on demand, up to limit, and live
+// until the registry stops: a probe does not pay for a new goroutine and its stack growth.
 type Registry struct {
 	board  *health.Board
 	clock  Clock
 	jitter func(time.Duration) time.Duration
+	// early lets a round start up to this much before it is due, so one wake of the scheduler
+	// dispatches every round of the next moment rather than one wake per round.
+	early time.Duration
 	// probe runs one attempt; tests replace it to drive thresholds and aggregation.
 	probe func(ctx context.Context, run *checkRun, slot int, target netip.AddrPort, url string) attempt
 
@@ -44,10 +48,12 @@ type Registry struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	sem    chan struct{}
-	wg     sync.WaitGroup
-	logged sync.Map // HC-3: local errors already logged
-	rounds atomic.Uint64
+	limit   int      // the most workers
+	workers int      // workers started; only the scheduler goroutine touches it
+	jobs    chan job // unbuffered: a send succeeds only when a worker is idle
+	wg      sync.WaitGroup
+	logged  sync.Map // HC-3: local errors already logged
+	rounds  atomic.Uint64
 }
 
 // defaultRegistry is the registry of the process, shared by every healthcheck instance.
@@ -59,10 +65,12 @@ func NewRegistry(board *health.Board, clock Clock) *Registry {
 		board:  board,
 		clock:  clock,
 		jitter: uniformJitter,
+		early:  50 * time.Millisecond,
 		probe:  runAttempt,
 		probes: make(map[probeKey]*probe),
 		wake:   make(chan struct{}, 1),
-		sem:    make(chan struct{}, maxConcurrent),
+		limit:  maxConcurrent,
+		jobs:   make(chan job),
 	}
 }
 
@@ -86,15 +94,19 @@ type probeKey struct {
 // checkRun is a check as one instance runs it: the check and its probers, one per slot
 // (region-major), with their metric series resolved once.
 type checkRun struct {
-	check    *Check
-	identity string
-	probers  []*prober
-	results  [][3]prometheus.Counter // by slot and outcome
-	duration []prometheus.Observer
+	check       *Check
+	identity    string
+	probers     []*prober
+	results     [][3]prometheus.Counter // by slot and outcome
+	duration    []prometheus.Observer
+	transitions [3]prometheus.Counter // by new state
 }
 
 func newCheckRun(c *Check) *checkRun {
 	run := &checkRun{check: c, identity: c.identity()}
+	for st := health.Unknown; st <= health.Unhealthy; st++ {
+		run.transitions[st] = transitions.WithLabelValues(c.Name, st.String())
+	}
 	for r, reg := range c.Regions {
 		for i := range c.ProbersPerRegion {
 			run.probers = append(run.probers, newProber(c, reg.Name, c.source(r, i)))
@@ -124,6 +136,8 @@ type probe struct {
 	gone  bool
 	ctx   context.Context
 	stop  context.CancelFunc
+
+	gauge prometheus.Gauge // target_state of this (check, target)
 
 	mu      sync.Mutex
 	streak  streak
@@ -155,6 +169,7 @@ func (r *Registry) start() {
 	r.quit = make(chan struct{})
 	r.done = make(chan struct{})
 	r.ctx, r.cancel = context.WithCancel(context.Background())
+	r.workers = 0
 	go r.loop(r.quit, r.done)
 }
 
@@ -191,13 +206,9 @@ func (r *Registry) loop(quit, done chan struct{}) {
 		r.mu.Unlock()
 		if len(batch) > 0 {
 			for _, j := range batch {
-				select {
-				case r.sem <- struct{}{}:
-				case <-quit:
+				if !r.dispatch(j, quit) {
 					return
 				}
-				r.wg.Add(1)
-				go r.attempt(j)
 			}
 			clear(batch)
 			continue // dispatching may have taken time: look at the heap again
@@ -215,7 +226,8 @@ func (r *Registry) loop(quit, done chan struct{}) {
 
 // due pops every probe due at now, schedules its next round and returns the attempts to run.
 func (r *Registry) due(now time.Time, batch []job) []job {
-	for len(r.queue) > 0 && !r.queue[0].due.After(now) {
+	horizon := now.Add(r.early)
+	for len(r.queue) > 0 && !r.queue[0].due.After(horizon) {
 		p := r.queue[0]
 		iv := p.run.check.Interval
 		p.due = p.due.Add(iv)
@@ -238,11 +250,41 @@ func (r *Registry) due(now time.Time, batch []job) []job {
 	return batch
 }
 
+// dispatch hands j to an idle worker, starts a worker when none is idle and the pool is not
+// full, or else waits for one. It returns false when the registry stops.
+func (r *Registry) dispatch(j job, quit chan struct{}) bool {
+	select {
+	case r.jobs <- j:
+		return true
+	default:
+	}
+	if r.workers < r.limit {
+		r.workers++
+		r.wg.Add(1)
+		go r.worker(j, quit)
+		return true
+	}
+	select {
+	case r.jobs <- j:
+		return true
+	case <-quit:
+		return false
+	}
+}
+
+func (r *Registry) worker(j job, quit chan struct{}) {
+	defer r.wg.Done()
+	for {
+		r.attempt(j)
+		select {
+		case j = <-r.jobs:
+		case <-quit:
+			return
+		}
+	}
+}
+
 func (r *Registry) attempt(j job) {
-	defer func() {
-		<-r.sem
-		r.wg.Done()
-	}()
 	rd := j.r
 	a := attempt{outcome: noResult, reason: "probe stopped"}
 	if rd.p.ctx.Err() == nil {
@@ -307,8 +349,8 @@ func (r *Registry) finish(rd *round) {
 	for t := range p.targets {
 		r.board.Set(t, now, reason)
 	}
-	targetState.WithLabelValues(c.Name, p.key.target.String()).Set(float64(now))
-	transitions.WithLabelValues(c.Name, now.String()).Inc()
+	p.gauge.Set(float64(now))
+	rd.run.transitions[now].Inc()
 	if c.Log {
 		// HC-7: one line per state change.
 		log.Infof("Check %s target %s: %s -> %s (%s)", c.Name, p.key.target, old, now, reason)
@@ -330,7 +372,8 @@ func (r *Registry) acquire(run *checkRun, target netip.AddrPort) *probe {
 		p.due = now.Add(r.jitter(run.check.Interval))
 		heap.Push(&r.queue, p)
 		r.probes[k] = p
-		targetState.WithLabelValues(k.check, target.String()).Set(float64(health.Unknown))
+		p.gauge = targetState.WithLabelValues(k.check, target.String())
+		p.gauge.Set(float64(health.Unknown))
 		r.kick()
 	default:
 		r.use(p, run, now)

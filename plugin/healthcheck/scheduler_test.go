@@ -51,6 +51,7 @@ func testRegistry(t *testing.T) (*Registry, *fakeClock, *health.Board) {
 	b := health.NewBoard(clk.Now)
 	r := NewRegistry(b, clk)
 	r.jitter = func(time.Duration) time.Duration { return 0 }
+	r.early = 0
 	r.start()
 	t.Cleanup(r.stop)
 	return r, clk, b
@@ -178,7 +179,7 @@ func TestJitterHC5(t *testing.T) {
 // run together, and every target is still probed.
 func TestBoundedConcurrencyHC5(t *testing.T) {
 	r, _, _ := testRegistry(t)
-	r.sem = make(chan struct{}, 5)
+	r.limit = 5
 	var cur, peak, total atomic.Int32
 	gate := make(chan struct{})
 	r.probe = func(context.Context, *checkRun, int, netip.AddrPort, string) attempt {
