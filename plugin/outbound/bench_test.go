@@ -1,0 +1,121 @@
+package outbound
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coredns/coredns/plugin"
+	"github.com/coredns/coredns/plugin/forward"
+	"github.com/coredns/coredns/plugin/pkg/proxy"
+	"github.com/coredns/coredns/plugin/pkg/transport"
+	"github.com/coredns/coredns/plugin/test"
+	"github.com/coresteer/coresteer/plugin/pkg/coretest"
+
+	"github.com/miekg/dns"
+)
+
+// BenchmarkForwarding forwards the same query through outbound and through CoreDNS's forward to
+// the same loopback resolver, in the same run, at the handler (ServeDNS) level:
+//
+//	go test ./plugin/outbound/ -run XXX -bench Forwarding -benchtime=2000x -count 3
+func BenchmarkForwarding(b *testing.B) {
+	r := startResolver(b, "127.0.0.60")
+	r.quiet.Store(true)
+	o := newHandler(b, "outbound example. {\nto "+r.addr+"\nprivate 127.0.0.0/8\nendpoint eu europe-west1 127.0.0.11\n}")
+	f := forward.New()
+	f.SetProxy(proxy.NewProxy("forward", r.addr, transport.DNS))
+	if err := f.OnStartup(); err != nil {
+		b.Fatal(err)
+	}
+	defer f.OnShutdown()
+
+	for _, h := range []plugin.Handler{o, f} {
+		b.Run(h.Name()+"/serial", func(b *testing.B) {
+			m := new(dns.Msg)
+			m.SetQuestion("bench.example.", dns.TypeA)
+			w := &test.ResponseWriter{}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if _, err := h.ServeDNS(context.Background(), w, m); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(h.Name()+"/parallel", func(b *testing.B) {
+			b.SetParallelism(8)
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				m := new(dns.Msg)
+				m.SetQuestion("bench.example.", dns.TypeA)
+				w := &test.ResponseWriter{}
+				for pb.Next() {
+					if _, err := h.ServeDNS(context.Background(), w, m); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// The failover figure: steady load through a real server (8 clients, 2,000 queries over about
+// 2 s); the best endpoint's path goes silent a quarter of the way in. No query may fail; the
+// test logs how many were slowed by the failover.
+//
+//	go test ./plugin/outbound/ -run FailoverUnderLoad -v
+func TestFailoverUnderLoad(t *testing.T) {
+	r := startResolver(t, "127.0.0.50")
+	s := coretest.Start(t, twoEndpoints(r.addr, "timeout 5s"))
+	mustQuery(t, s, "127.0.1.1", "warm.example.")
+
+	const workers, perWorker = 8, 250
+	const gap = 8 * time.Millisecond // 8 workers x 125 q/s = 1,000 q/s
+	var failed, slow, done atomic.Int64
+	var maxLat atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range perWorker {
+				t0 := time.Now()
+				m, err := s.QueryFrom("127.0.1.1", fmt.Sprintf("w%d-%d.example.", w, i), dns.TypeA)
+				lat := time.Since(t0)
+				if err != nil || m.Rcode != dns.RcodeSuccess {
+					failed.Add(1)
+				}
+				if lat > 100*time.Millisecond {
+					slow.Add(1)
+				}
+				for {
+					cur := maxLat.Load()
+					if int64(lat) <= cur || maxLat.CompareAndSwap(cur, int64(lat)) {
+						break
+					}
+				}
+				if done.Add(1) == workers*perWorker/4 {
+					r.drop(netip.MustParseAddr("127.0.0.11"))
+				}
+				if d := gap - lat; d > 0 {
+					time.Sleep(d)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("failover under load: %d queries in %v, %d failed, %d slower than 100ms, slowest %v; eu %d, us %d",
+		workers*perWorker, time.Since(start).Round(time.Millisecond), failed.Load(), slow.Load(),
+		time.Duration(maxLat.Load()).Round(time.Millisecond), r.count("127.0.0.11"), r.count("127.0.0.12"))
+	if failed.Load() != 0 {
+		t.Errorf("O-6: %d queries failed after the best endpoint went silent", failed.Load())
+	}
+}

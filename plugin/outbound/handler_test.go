@@ -1,0 +1,109 @@
+package outbound
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/plugin/metadata"
+	"github.com/coredns/coredns/plugin/pkg/dnstest"
+	"github.com/coredns/coredns/plugin/test"
+
+	"github.com/miekg/dns"
+)
+
+// newHandler parses and binds an outbound block outside a server, for handler tests.
+func newHandler(t testing.TB, block string) *Outbound {
+	t.Helper()
+	o, err := parse(caddy.NewTestController("dns", block))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := &registry{byName: map[string]*Endpoint{}, byRegion: map[string]int{}}
+	for _, e := range o.declared {
+		if err := reg.declare(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := o.bind(reg); err != nil {
+		t.Fatal(err)
+	}
+	o.Next = test.ErrorHandler()
+	t.Cleanup(func() {
+		o.stop()
+		reg.close()
+	})
+	return o
+}
+
+func TestMetadata(t *testing.T) {
+	r := startResolver(t, "127.0.0.50")
+	o := newHandler(t, "outbound example. {\nto "+r.addr+"\nprivate 127.0.0.0/8\nendpoint eu europe-west1 127.0.0.11\nendpoint us us-east1 127.0.0.12\nregion europe-west1\n}")
+	ctx := metadata.ContextWithMetadata(context.Background())
+	m := new(dns.Msg)
+	m.SetQuestion("md.example.", dns.TypeA)
+	rec := dnstest.NewRecorder(&test.ResponseWriter{})
+	if _, err := o.ServeDNS(ctx, rec, m); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"outbound/endpoint": "eu",
+		"outbound/source":   "127.0.0.11",
+		"outbound/target":   r.addr,
+		"outbound/rank":     "1",
+	}
+	for label, v := range want {
+		f := metadata.ValueFunc(ctx, label)
+		if f == nil || f() != v {
+			got := "<unset>"
+			if f != nil {
+				got = f()
+			}
+			t.Errorf("metadata %s = %s, want %s", label, got, v)
+		}
+	}
+}
+
+// Bounded in-flight work: past max_concurrent, REFUSED (and the counter).
+func TestMaxConcurrent(t *testing.T) {
+	r := startResolver(t, "127.0.0.50")
+	r.setDelay(300 * time.Millisecond)
+	o := newHandler(t, "outbound example. {\nto "+r.addr+"\nprivate 127.0.0.0/8\nmax_concurrent 1\n}")
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		m := new(dns.Msg)
+		m.SetQuestion("slow.example.", dns.TypeA)
+		o.ServeDNS(context.Background(), dnstest.NewRecorder(&test.ResponseWriter{}), m)
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for r.queries.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("first query never reached the resolver")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	m := new(dns.Msg)
+	m.SetQuestion("second.example.", dns.TypeA)
+	rc, err := o.ServeDNS(context.Background(), dnstest.NewRecorder(&test.ResponseWriter{}), m)
+	if rc != dns.RcodeRefused || err != errLimit {
+		t.Errorf("past max_concurrent: rcode %d err %v, want REFUSED", rc, err)
+	}
+	wg.Wait()
+}
+
+// except: sub-zones not forwarded go to the next plugin.
+func TestExcept(t *testing.T) {
+	r := startResolver(t, "127.0.0.50")
+	o := newHandler(t, "outbound example. {\nto "+r.addr+"\nprivate 127.0.0.0/8\nexcept skip.example\n}")
+	m := new(dns.Msg)
+	m.SetQuestion("a.skip.example.", dns.TypeA)
+	rec := dnstest.NewRecorder(&test.ResponseWriter{})
+	o.ServeDNS(context.Background(), rec, m)
+	if r.queries.Load() != 0 {
+		t.Errorf("excepted name was forwarded")
+	}
+}
