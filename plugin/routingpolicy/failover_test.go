@@ -70,3 +70,18 @@ func TestFailoverFailOpen(t *testing.T) {
 		t.Fatalf("got %s, want the whole primary", got)
 	}
 }
+
+func TestFailoverFencedBackup(t *testing.T) {
+	// R-FO-2 with a fenced geo backup: the backup stays in the client's location; R-FO-4 when
+	// that location is unhealthy too: the primary, whole.
+	rp, b := newTest(t, foBlock("fence healthcheck web"))
+	set(b, "web", "10.0.0.1", health.Unhealthy)
+	set(b, "web", "10.0.0.2", health.Unhealthy)
+	if got := one(t, rp, "10.2.1.1"); got != "10.9.2.1" {
+		t.Fatalf("europe client: got %s, want 10.9.2.1", got)
+	}
+	set(b, "web", "10.9.2.1", health.Unhealthy)
+	if got := one(t, rp, "10.2.1.1"); got != "10.0.0.1,10.0.0.2" {
+		t.Fatalf("fenced backup location down: got %s, want the whole primary", got)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/coredns/coredns/request"
 	"github.com/coresteer/coresteer/plugin/pkg/health"
+	"github.com/coresteer/coresteer/plugin/pkg/region"
 
 	"github.com/miekg/dns"
 )
@@ -134,3 +135,12 @@ func newRequest(name string) reqState {
 }
 
 type reqState = request.Request
+
+func mustLocator(t testing.TB) *region.Locator {
+	var c region.Config
+	l, err := c.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}

@@ -293,19 +293,20 @@ func (p *policy) pickFailover(s *source, rnd func() uint64) (*item, bool, outcom
 	// R-FO-3: the trickle share goes to the backup even while the primary is healthy. A backup
 	// with nothing healthy does not take trickle traffic.
 	if p.trickle > 0 && (p.trickle >= 1 || unit(rnd()) < p.trickle) {
-		if it, all, fb := p.backup.pickGeo(s.region(), false); it != nil {
-			return it, all, outcome{backup: true, fallback: fb}
+		if it, all, fb := p.backup.pickGeo(s.region(), false); it != nil && !all {
+			return it, false, outcome{backup: true, fallback: fb}
 		}
 	}
 	// R-FO-1: the healthy primary addresses.
 	if primary.healthy() {
 		return primary, false, outcome{}
 	}
-	// R-FO-2: the backup, by the geo rules.
-	if it, all, fb := p.backup.pickGeo(s.region(), false); it != nil {
-		return it, all, outcome{backup: true, fallback: fb}
+	// R-FO-2: the backup, by the geo rules. A fenced backup whose location has nothing healthy
+	// counts as unhealthy here: the failover does not serve a dead location over the primary.
+	if it, all, fb := p.backup.pickGeo(s.region(), false); it != nil && !all {
+		return it, false, outcome{backup: true, fallback: fb}
 	}
-	// R-FO-4: both unhealthy: fail open, as if everything were healthy.
+	// R-FO-4: both unhealthy: fail open, as if everything were healthy (the primary answers).
 	return primary, true, outcome{failOpen: true}
 }
 
