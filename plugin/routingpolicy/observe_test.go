@@ -2,6 +2,7 @@ package routingpolicy
 
 import (
 	"context"
+	stdlog "log"
 	"strings"
 	"testing"
 
@@ -126,5 +127,25 @@ func TestReady(t *testing.T) {
 	b.Set(tg, health.Healthy, "probe")
 	if !rp.Ready() {
 		t.Fatal("not ready after the first verdict")
+	}
+}
+
+func TestHealthLogging(t *testing.T) {
+	// HC-7: with `log`, each policy answer logs the health of the checked addresses behind it.
+	rp, b := newTest(t, `routingpolicy example.org {
+		log
+		wrr www A 60 "1=10.0.0.1;1=10.0.0.2" healthcheck web
+	}`)
+	set(b, "web", "10.0.0.2", health.Unhealthy)
+	var buf strings.Builder
+	w := stdlog.Writer()
+	stdlog.SetOutput(&buf)
+	ask(t, rp, "www.example.org.", dns.TypeA, "10.1.1.1")
+	stdlog.SetOutput(w)
+	out := buf.String()
+	for _, want := range []string{"www.example.org./A wrr item=0", "web/10.0.0.1=unknown", "web/10.0.0.2=unhealthy"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log %q lacks %q", out, want)
+		}
 	}
 }
