@@ -88,11 +88,11 @@ func (o *Outbound) explore() {
 		go func(p *pair) {
 			defer wg.Done()
 			defer p.probing.Store(false)
-			start := o.now()
+			start := time.Now()
 			r, _, _, err := p.up.exchange(w, q, o.forceTCP, time.Now().Add(min(probeTimeout, o.timeout)))
 			ok := err == nil && r.Rcode != dns.RcodeServerFailure && r.Rcode != dns.RcodeRefused
 			probeCount.WithLabelValues(p.ep.Name, p.dstStr, boolString(ok)).Inc()
-			if _, recovered := p.record(o.now(), ok, o.now().Sub(start)); recovered {
+			if _, recovered := p.record(o.now(), ok, time.Since(start)); recovered {
 				recoveryCount.WithLabelValues(p.ep.Name, p.dstStr).Inc()
 			}
 		}(p)

@@ -96,25 +96,25 @@ func (o *Outbound) lookupFQDN(ctx context.Context, state request.Request, prev *
 	if ctx.Value(selfLookupKey{}) != nil {
 		return nil, errSelfLoop
 	}
-	srv, ok := ctx.Value(dnsserver.Key{}).(*dnsserver.Server)
-	if !ok {
-		return nil, errors.New("no server to resolve the target through")
+	lookup := o.lookup
+	if lookup == nil {
+		lookup = selfLookup
 	}
-	req := state.NewWithQuestion(o.fqdn, dns.TypeA)
-	req.Req.Id = dns.Id()
-	nw := nonwriter.New(state.W)
-	srv.ServeDNS(context.WithValue(ctx, selfLookupKey{}, true), nw, req.Req)
-	if nw.Msg == nil {
+	resp, err := lookup(context.WithValue(ctx, selfLookupKey{}, true), state, o.fqdn)
+	if err != nil {
+		return nil, err
+	}
+	if resp == nil {
 		return nil, fmt.Errorf("target %s: no answer", o.fqdn)
 	}
-	if nw.Msg.Rcode != dns.RcodeSuccess {
-		return nil, fmt.Errorf("target %s: %s", o.fqdn, rcodeString(nw.Msg.Rcode))
+	if resp.Rcode != dns.RcodeSuccess {
+		return nil, fmt.Errorf("target %s: %s", o.fqdn, rcodeString(resp.Rcode))
 	}
 	var (
 		addrs []netip.Addr
 		ttl   = maxTTL
 	)
-	for _, rr := range nw.Msg.Answer {
+	for _, rr := range resp.Answer {
 		a, ok := rr.(*dns.A)
 		if !ok {
 			continue
@@ -150,4 +150,17 @@ func (o *Outbound) lookupFQDN(ctx context.Context, state request.Request, prev *
 		e.rk = o.newRanker(targets)
 	}
 	return e, nil
+}
+
+// selfLookup asks this server for name A, down its own plugin chain, as the client of state.
+func selfLookup(ctx context.Context, state request.Request, name string) (*dns.Msg, error) {
+	srv, ok := ctx.Value(dnsserver.Key{}).(*dnsserver.Server)
+	if !ok {
+		return nil, errors.New("no server to resolve the target through")
+	}
+	req := state.NewWithQuestion(name, dns.TypeA)
+	req.Req.Id = dns.Id()
+	nw := nonwriter.New(state.W)
+	srv.ServeDNS(ctx, nw, req.Req)
+	return nw.Msg, nil
 }

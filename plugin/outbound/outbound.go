@@ -65,7 +65,8 @@ type Outbound struct {
 	endpoints []*Endpoint
 	rk        *ranker // static targets; nil with an FQDN target
 	fq        *fqdnCache
-	held      map[netip.Addr]*health.Target // P-4: targets whose health a destination publishes
+	lookup    func(context.Context, request.Request, string) (*dns.Msg, error) // nil: selfLookup
+	held      map[netip.Addr]*health.Target                                    // P-4: targets whose health a destination publishes
 	lastQ     atomic.Pointer[dns.Question]
 	inflight  atomic.Int64
 
@@ -214,8 +215,8 @@ func (o *Outbound) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 	}
 	from, _ := o.loc.Locate(w.RemoteAddr(), r, false)
 
-	start := o.now()
-	deadline := start.Add(o.timeout)
+	// Deadlines and latencies are on the wall clock (sockets use it); o.now times the ranking.
+	deadline := time.Now().Add(o.timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
@@ -257,7 +258,7 @@ func (o *Outbound) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 		failedEP [maxAttempts]*Endpoint
 	)
 	for nTried < maxAttempts && nTried < len(rank.order) {
-		now := o.now()
+		now := time.Now()
 		if !now.Before(deadline) {
 			break
 		}
@@ -269,7 +270,7 @@ func (o *Outbound) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 		last := nTried == maxAttempts || nTried == len(rank.order)
 		adl := attemptDeadline(p, now, deadline, last)
 		m, n, usedTCP, err := p.up.exchange(wire, q, tcp, adl)
-		rtt := o.now().Sub(now)
+		rtt := time.Since(now)
 		rc := "timeout"
 		ok := false
 		if err == nil {

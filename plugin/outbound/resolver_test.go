@@ -18,7 +18,8 @@ const (
 	modeRefused         // REFUSED
 	modeSilent          // no reply at all
 	modeTruncate        // TC over UDP, full answer over TCP
-	modeGarbage         // wrong ID, then wrong question, then nothing
+	modeGarbage         // wrong ID, then wrong question, then garbage, then nothing
+	modeSpoofed         // wrong ID, wrong question and garbage first, then the right answer
 )
 
 // resolver is a small DNS server on a loopback address that records the source address of every
@@ -157,7 +158,7 @@ func (r *resolver) serve(w dns.ResponseWriter, q *dns.Msg) {
 			break
 		}
 		r.fill(m, q)
-	case modeGarbage:
+	case modeGarbage, modeSpoofed:
 		bad := m.Copy()
 		bad.Id = q.Id + 1
 		r.fill(bad, q)
@@ -166,7 +167,10 @@ func (r *resolver) serve(w dns.ResponseWriter, q *dns.Msg) {
 		bad2.Question[0].Name = "other.example."
 		w.WriteMsg(bad2)
 		w.Write([]byte{1, 2, 3})
-		return
+		if r.mode.Load() == modeGarbage {
+			return
+		}
+		r.fill(m, q)
 	default:
 		r.fill(m, q)
 	}
