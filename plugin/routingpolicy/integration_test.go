@@ -274,3 +274,35 @@ func TestIntegrationDNSSEC(t *testing.T) {
 }
 
 func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+// TestIntegrationTruncation: an answer larger than the client's UDP buffer sets TC, and TCP
+// carries it whole.
+func TestIntegrationTruncation(t *testing.T) {
+	var items []string
+	for i := 1; i <= 60; i++ {
+		items = append(items, fmt.Sprintf("192.0.2.%d", i))
+	}
+	s := coretest.Start(t, `example.org:0 {
+	bind 127.0.0.1
+	routingpolicy {
+		wrr big A 30 "1=`+strings.Join(items, ",")+`"
+	}
+}`)
+	m, err := s.Query("big.example.org.", dns.TypeA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.Truncated || len(m.Answer) >= 60 {
+		t.Fatalf("UDP answer of 60 records: TC %v, %d records", m.Truncated, len(m.Answer))
+	}
+	q := new(dns.Msg)
+	q.SetQuestion("big.example.org.", dns.TypeA)
+	c := &dns.Client{Net: "tcp", Timeout: 5 * time.Second}
+	r, _, err := c.Exchange(q, s.TCP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Truncated || len(r.Answer) != 60 {
+		t.Fatalf("TCP answer: TC %v, %d records", r.Truncated, len(r.Answer))
+	}
+}
