@@ -38,6 +38,7 @@ type obResolver struct {
 	mu     sync.Mutex
 	seen   []obSeen
 	silent map[netip.Addr]bool
+	delay  map[netip.Addr]time.Duration
 }
 
 // obStartResolvers starts one resolver on each ip, all on the same port (so one FQDN target with
@@ -88,7 +89,7 @@ func obListen(ip, port string, answer net.IP) (*obResolver, error) {
 		pc.Close()
 		return nil, err
 	}
-	r := &obResolver{ip: ip, addr: pc.LocalAddr().String(), answer: answer, silent: map[netip.Addr]bool{}}
+	r := &obResolver{ip: ip, addr: pc.LocalAddr().String(), answer: answer, silent: map[netip.Addr]bool{}, delay: map[netip.Addr]time.Duration{}}
 	r.udp = &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(r.serve)}
 	r.tcp = &dns.Server{Listener: l, Handler: dns.HandlerFunc(r.serve)}
 	var wg sync.WaitGroup
@@ -120,11 +121,14 @@ func (r *obResolver) serve(w dns.ResponseWriter, q *dns.Msg) {
 	src := ap.Addr().Unmap()
 	name := strings.ToLower(q.Question[0].Name)
 	r.mu.Lock()
-	drop := r.silent[src]
+	drop, delay := r.silent[src], r.delay[src]
 	r.seen = append(r.seen, obSeen{name: name, src: src, dropped: drop})
 	r.mu.Unlock()
 	if drop {
 		return
+	}
+	if delay > 0 {
+		time.Sleep(delay) // the path's round trip, not a wait for anything
 	}
 	m := new(dns.Msg)
 	m.SetReply(q)
@@ -147,6 +151,13 @@ func (r *obResolver) silence(src string) {
 func (r *obResolver) restore(src string) {
 	r.mu.Lock()
 	delete(r.silent, netip.MustParseAddr(src))
+	r.mu.Unlock()
+}
+
+// slow delays every answer to src by d: a path to a farther region.
+func (r *obResolver) slow(src string, d time.Duration) {
+	r.mu.Lock()
+	r.delay[netip.MustParseAddr(src)] = d
 	r.mu.Unlock()
 }
 

@@ -300,6 +300,13 @@ func TestScenarioOutboundEndpointFailure(t *testing.T) {
 		window    = 200                   // queries that decide "preferred again"
 	)
 	r := obStartResolvers(t, "127.0.60.1")[0]
+	// The far region's path has a longer round trip, as a path to another region does (50 ms,
+	// less than a real transatlantic one): the near endpoint is the better one on latency (O-5)
+	// as well as on distance. Without it the two loopback paths are identical and the ranking
+	// follows the process's own scheduling noise under load: a pair measured once by an idle
+	// probe can look faster than the loaded leader and take the traffic, and the leader's
+	// latency is re-measured only every 30 s when nothing fails.
+	r.slow(far, 50*time.Millisecond)
 	s := coretest.Start(t, obCorefile(`corp.internal:0 {
 	bind 127.0.0.1
 	outbound {
