@@ -3,7 +3,12 @@ package outbound
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -117,5 +122,49 @@ func TestFailoverUnderLoad(t *testing.T) {
 		time.Duration(maxLat.Load()).Round(time.Millisecond), r.count("127.0.0.11"), r.count("127.0.0.12"))
 	if failed.Load() != 0 {
 		t.Errorf("O-6: %d queries failed after the best endpoint went silent", failed.Load())
+	}
+}
+
+// TestDNSPerf runs dnsperf (when installed and OUTBOUND_DNSPERF=1) against two real servers in
+// this process, one forwarding through outbound and one through forward, to the same loopback
+// resolver, one after the other:
+//
+//	OUTBOUND_DNSPERF=1 go test ./plugin/outbound/ -run DNSPerf -v
+func TestDNSPerf(t *testing.T) {
+	if os.Getenv("OUTBOUND_DNSPERF") == "" {
+		t.Skip("set OUTBOUND_DNSPERF=1 to run dnsperf")
+	}
+	bin, err := exec.LookPath("dnsperf")
+	if err != nil {
+		t.Skip("dnsperf not installed")
+	}
+	r := startResolver(t, "127.0.0.60")
+	r.quiet.Store(true)
+	qf := filepath.Join(t.TempDir(), "queries")
+	var b strings.Builder
+	for i := range 1000 {
+		fmt.Fprintf(&b, "q%d.example. A\n", i)
+	}
+	if err := os.WriteFile(qf, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, cfg := range []struct{ name, block string }{
+		{"outbound", "outbound example. {\nto " + r.addr + "\nprivate 127.0.0.0/8\nendpoint eu europe-west1 127.0.0.11\n}"},
+		{"forward", "forward example. " + r.addr},
+		{"outbound", "outbound example. {\nto " + r.addr + "\nprivate 127.0.0.0/8\nendpoint eu europe-west1 127.0.0.11\n}"},
+		{"forward", "forward example. " + r.addr},
+	} {
+		s := coretest.Start(t, "example.:0 {\nbind 127.0.0.1\n"+cfg.block+"\n}")
+		host, port, _ := net.SplitHostPort(s.UDP)
+		out, err := exec.Command(bin, "-s", host, "-p", port, "-d", qf, "-l", "5", "-c", "8", "-q", "64").CombinedOutput()
+		if err != nil {
+			t.Fatalf("dnsperf: %v\n%s", err, out)
+		}
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.Contains(l, "Queries per second") || strings.Contains(l, "Queries lost") || strings.Contains(l, "Average Latency") {
+				t.Logf("%s: %s", cfg.name, strings.TrimSpace(l))
+			}
+		}
+		s.Stop()
 	}
 }

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"testing"
 
-	_ "github.com/coresteer/coresteer/plugin/routingpolicy" // the geo zone the FQDN target resolves in
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
+	_ "github.com/coresteer/coresteer/plugin/routingpolicy" // the geo zone the FQDN target resolves in
 
 	"github.com/miekg/dns"
 )
