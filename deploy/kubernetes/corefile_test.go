@@ -93,6 +93,10 @@ func TestCorefileKeepsClusterZone(t *testing.T) {
 			corp = &blocks[i]
 		}
 	}
+	// serve_test.go splits the Corefile by text; it must see the blocks the parser sees.
+	if n := len(serverBlocks(t, c.configMap.Data["Corefile"])); n != len(blocks) {
+		t.Errorf("the text split finds %d server blocks, the parser %d", n, len(blocks))
+	}
 	if root == nil || steer == nil || corp == nil {
 		t.Fatalf("want the blocks .:53, steer.example:53 and corp.example:53, got %d blocks", len(blocks))
 	}
