@@ -161,11 +161,13 @@ func TestWireBehaviour(t *testing.T) {
 	// EDNS0 kept, buffer 1232 towards the resolver.
 	r.setMode(modeAnswer)
 	var seen uint16
-	r.onQuery = func(q *dns.Msg) {
+	r.mu.Lock()
+	r.onQuery = func(q *dns.Msg) { // called under r.mu
 		if o := q.IsEdns0(); o != nil {
 			seen = o.UDPSize()
 		}
 	}
+	r.mu.Unlock()
 	m = new(dns.Msg)
 	m.SetQuestion("edns.example.", dns.TypeA)
 	m.SetEdns0(4096, true)
@@ -233,4 +235,36 @@ func TestAllFail(t *testing.T) {
 func shortHalfLife(d time.Duration) func() {
 	old := halfLife.Swap(int64(d))
 	return func() { halfLife.Store(old) }
+}
+
+// O-5 through real traffic: the nearest endpoint's path is 40 ms slower; exploration measures the
+// other endpoint, and lower latency then beats shorter distance.
+func TestLatencyBeatsDistance(t *testing.T) {
+	r := startResolver(t, "127.0.0.50")
+	r.slowDown(netip.MustParseAddr("127.0.0.11"), 40*time.Millisecond)
+	s := coretest.Start(t, twoEndpoints(r.addr, ""))
+	mustQuery(t, s, "127.0.1.1", "first.example.")
+	if r.count("127.0.0.11") != 1 {
+		t.Fatalf("cold start did not pick the nearest (eu): %v", r.sourceSet())
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		before := r.count("127.0.0.12")
+		mustQuery(t, s, "127.0.1.1", "lat.example.")
+		if r.count("127.0.0.12") > before {
+			break // us, farther but faster, is now preferred for the eu client
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("O-5: the 40 ms slower nearest endpoint is still preferred (sources %v)", r.sourceSet())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// And it stays preferred: no flapping back to the slow one.
+	before := r.count("127.0.0.11")
+	for i := range 20 {
+		mustQuery(t, s, "127.0.1.1", fmt.Sprintf("stay%d.example.", i))
+	}
+	if n := r.count("127.0.0.11") - before; n > 2 {
+		t.Errorf("O-5: %d of 20 queries went back to the slow endpoint", n)
+	}
 }

@@ -78,7 +78,9 @@ func newPair(e *Endpoint, src netip.Addr, dst netip.AddrPort) *pair {
 	if dst.Port() != 53 {
 		p.dstStr = dst.String()
 	}
-	p.srcStr = src.String()
+	if src.IsValid() {
+		p.srcStr = src.String()
+	}
 	return p
 }
 

@@ -38,6 +38,7 @@ type resolver struct {
 	sources map[netip.Addr]int
 	ids     []uint16
 	dropped map[netip.Addr]bool
+	slow    map[netip.Addr]time.Duration // extra delay per source
 	onQuery func(*dns.Msg) // called under mu
 }
 
@@ -45,6 +46,13 @@ type resolver struct {
 func (r *resolver) drop(src netip.Addr) {
 	r.mu.Lock()
 	r.dropped[src] = true
+	r.mu.Unlock()
+}
+
+// slowDown delays the answers to queries from src by d.
+func (r *resolver) slowDown(src netip.Addr, d time.Duration) {
+	r.mu.Lock()
+	r.slow[src] = d
 	r.mu.Unlock()
 }
 
@@ -60,7 +68,7 @@ func startResolver(t testing.TB, ip string) *resolver { return startResolverPort
 // startResolverPort starts a resolver on ip:port (port "0": a free one).
 func startResolverPort(t testing.TB, ip, port string) *resolver {
 	t.Helper()
-	r := &resolver{sources: map[netip.Addr]int{}, dropped: map[netip.Addr]bool{}, answer: net.ParseIP("192.0.2.1")}
+	r := &resolver{sources: map[netip.Addr]int{}, dropped: map[netip.Addr]bool{}, slow: map[netip.Addr]time.Duration{}, answer: net.ParseIP("192.0.2.1")}
 	var pc net.PacketConn
 	var l net.Listener
 	var err error
@@ -138,7 +146,11 @@ func (r *resolver) serve(w dns.ResponseWriter, q *dns.Msg) {
 	if r.onQuery != nil {
 		r.onQuery(q)
 	}
+	slow := r.slow[ap.Addr().Unmap()]
 	r.mu.Unlock()
+	if slow > 0 {
+		time.Sleep(slow)
+	}
 	if d := time.Duration(r.delay.Load()); d > 0 {
 		time.Sleep(d)
 	}
