@@ -107,3 +107,12 @@ func TestExcept(t *testing.T) {
 		t.Errorf("excepted name was forwarded")
 	}
 }
+
+func serve(t *testing.T, o *Outbound, m *dns.Msg) *dns.Msg {
+	t.Helper()
+	rec := dnstest.NewRecorder(&test.ResponseWriter{})
+	if _, err := o.ServeDNS(context.Background(), rec, m); err != nil {
+		t.Fatal(err)
+	}
+	return rec.Msg
+}

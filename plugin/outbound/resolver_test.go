@@ -39,7 +39,7 @@ type resolver struct {
 	ids     []uint16
 	dropped map[netip.Addr]bool
 	slow    map[netip.Addr]time.Duration // extra delay per source
-	onQuery func(*dns.Msg) // called under mu
+	onQuery func(*dns.Msg)               // called under mu
 }
 
 // drop makes the resolver ignore queries from src, as if the endpoint's path were cut.
