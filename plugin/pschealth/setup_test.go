@@ -16,6 +16,8 @@ func (f fakeChecks) Checks() []string       { return keys(f) }
 
 var testChecks = fakeChecks{"web": true, "db": true}
 
+// P-1, P-2, P-4: policies with their defaults, sources (backends, check, policy), composites with
+// their destination; definitions in any order.
 func TestParse(t *testing.T) {
 	in := `pschealth {
 		policy strict min_healthy_percent 75% min_healthy 2
@@ -76,6 +78,9 @@ func TestParse(t *testing.T) {
 	}
 }
 
+// Every bad input is an error naming the property, the value and what is allowed; P-5: a
+// composite as a source, unknown names, a destination claimed twice, a source with no backends,
+// and the one possible cycle (a backend that is a destination) are configuration errors.
 func TestParseErrors(t *testing.T) {
 	const src = "source s { \n backends 10.0.0.1 10.0.0.2 \n check web \n }\n"
 	const comp = "composite c { \n sources s \n destination 10.9.0.1 \n }\n"
