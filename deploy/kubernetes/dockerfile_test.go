@@ -123,7 +123,7 @@ func TestDockerfile(t *testing.T) {
 }
 
 func flatten(stages [][]instruction) []string {
-	var out []string
+	out := make([]string, 0, len(stages)*8)
 	for _, s := range stages {
 		for _, in := range s {
 			out = append(out, in.op+" "+in.args)

@@ -3,6 +3,7 @@ package kubernetes_test
 import (
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -69,14 +70,17 @@ func testCorefile(t *testing.T, corefile, upstream string, probePort int) string
 		{"interval 30s", "interval 1s", "health-check interval"},
 		{"timeout 5s", "timeout 500ms", "health-check timeout"},
 	}
-	for ex, lo := range exampleToLoopback {
-		rewrites = append(rewrites, rewrite{ex, lo, "example address"})
-	}
-	for _, r := range rewrites {
+	apply := func(r rewrite) {
 		if !strings.Contains(corefile, r.old) {
 			t.Fatalf("the ConfigMap's Corefile has no %q (%s): update testCorefile", r.old, r.why)
 		}
 		corefile = strings.ReplaceAll(corefile, r.old, r.new)
+	}
+	for _, r := range rewrites {
+		apply(r)
+	}
+	for ex, lo := range exampleToLoopback {
+		apply(rewrite{ex, lo, "example address"})
 	}
 	return corefile
 }
@@ -149,8 +153,9 @@ func serverBlocks(t *testing.T, corefile string) []string {
 // uses, is true.
 func blocks(t *testing.T, corefile string, keep func(directives map[string][]caddyfile.Token) bool) string {
 	t.Helper()
-	var out []string
-	for _, b := range serverBlocks(t, corefile) {
+	all := serverBlocks(t, corefile)
+	out := make([]string, 0, len(all))
+	for _, b := range all {
 		parsed := parseCorefile(t, b)
 		if len(parsed) == 1 && keep(parsed[0].Tokens) {
 			out = append(out, b)
@@ -202,7 +207,7 @@ func backends(t *testing.T) int {
 	t.Helper()
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
-	addrs := slices.Sorted(mapValues(exampleToLoopback))
+	addrs := slices.Sorted(maps.Values(exampleToLoopback))
 	for range 20 {
 		first, err := net.Listen("tcp", addrs[0]+":0")
 		if err != nil {
@@ -234,16 +239,6 @@ func backends(t *testing.T) int {
 	return 0
 }
 
-func mapValues(m map[string]string) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for _, v := range m {
-			if !yield(v) {
-				return
-			}
-		}
-	}
-}
-
 // httpGet returns the status and body of http://host:port/path.
 func httpGet(t *testing.T, port int, path string) (int, string) {
 	t.Helper()
@@ -259,7 +254,7 @@ func httpGet(t *testing.T, port int, path string) (int, string) {
 
 // answerA returns the sorted A addresses of an answer.
 func answerA(m *dns.Msg) []string {
-	var out []string
+	out := make([]string, 0, len(m.Answer))
 	for _, rr := range m.Answer {
 		if a, ok := rr.(*dns.A); ok {
 			out = append(out, a.A.String())
@@ -369,7 +364,7 @@ func TestConfigMapCorefileServes(t *testing.T) {
 		// healthcheck probes the addresses routingpolicy serves: each gets a verdict, healthy
 		// since the test's backends answer 200 on /healthz.
 		deadline := time.Now().Add(20 * time.Second)
-		for _, lo := range slices.Sorted(mapValues(exampleToLoopback)) {
+		for _, lo := range slices.Sorted(maps.Values(exampleToLoopback)) {
 			k := health.Key{Check: "web", Addr: netip.MustParseAddr(lo)}
 			for {
 				tg := health.Default.Lookup(k)
