@@ -116,3 +116,27 @@ func serve(t *testing.T, o *Outbound, m *dns.Msg) *dns.Msg {
 	}
 	return rec.Msg
 }
+
+func TestMatch(t *testing.T) {
+	o := &Outbound{zones: []string{"example.", "a.example.", "corp."}, except: []string{"skip.a.example."}}
+	for _, tc := range []struct{ name, want string }{
+		{"example.", "example."},
+		{"x.EXAMPLE.", "example."},
+		{"b.a.example.", "a.example."},
+		{"A.example.", "a.example."},
+		{"ba.example.", "example."},
+		{"x.skip.a.example.", ""},
+		{"skip.a.example.", ""},
+		{"noexample.", ""},
+		{"org.", ""},
+		{"x.corp.", "corp."},
+	} {
+		if got := o.match(tc.name); got != tc.want {
+			t.Errorf("match(%q) = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+	root := &Outbound{zones: []string{"."}}
+	if root.match("anything.example.") != "." {
+		t.Errorf("root zone does not match")
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -174,18 +175,35 @@ func (o *Outbound) stop() {
 	}
 }
 
-// match returns the zone of state's name, or "" when the query is not ours.
+// match returns the longest of our zones that name is in, or "" when the query is not ours. It
+// does not allocate (plugin.Zones.Matches splits names into labels).
 func (o *Outbound) match(name string) string {
-	zone := plugin.Zones(o.zones).Matches(name)
+	zone := ""
+	for _, z := range o.zones {
+		if len(z) > len(zone) && subdomain(z, name) {
+			zone = z
+		}
+	}
 	if zone == "" {
 		return ""
 	}
 	for _, ex := range o.except {
-		if dns.IsSubDomain(ex, name) {
+		if subdomain(ex, name) {
 			return ""
 		}
 	}
 	return zone
+}
+
+// subdomain reports whether name is zone or below it; both are fully qualified, case is ignored.
+func subdomain(zone, name string) bool {
+	if zone == "." {
+		return true
+	}
+	if len(name) < len(zone) || !strings.EqualFold(name[len(name)-len(zone):], zone) {
+		return false
+	}
+	return len(name) == len(zone) || name[len(name)-len(zone)-1] == '.'
 }
 
 type selfLookupKey struct{}
@@ -196,7 +214,7 @@ func (o *Outbound) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 		return plugin.NextOrFailure(o.Name(), o.Next, ctx, w, r)
 	}
 	state := request.Request{W: w, Req: r}
-	zone := o.match(state.Name())
+	zone := o.match(r.Question[0].Name)
 	if zone == "" {
 		return plugin.NextOrFailure(o.Name(), o.Next, ctx, w, r)
 	}
