@@ -21,6 +21,7 @@ type HealthCheck struct {
 	board  *health.Board
 	reg    *Registry
 	demand *health.Demand
+	group  *group // the blocks of the same Corefile instance
 
 	cur atomic.Pointer[running] // set between OnStartup and OnShutdown
 

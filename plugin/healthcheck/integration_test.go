@@ -172,8 +172,17 @@ func TestCrossBlockErrors(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `loadbalancer 10.99.2.1: check "nope" is not defined in any healthcheck block (defined: web)`) {
 		t.Fatalf("unknown check: %v", err)
 	}
+	// The bad load balancer is in the second block: the first block must not start either.
+	_, err = coretest.New(block("example.org", "check web\nloadbalancer 10.99.2.5 {\nbackends 127.0.5.9\ncheck web\n}") +
+		block("example.net", "loadbalancer 10.99.2.6 {\nbackends 127.0.5.9\ncheck nope\n}"))
+	if err == nil || !strings.Contains(err.Error(), `check "nope" is not defined`) {
+		t.Fatalf("unknown check in the second block: %v", err)
+	}
 	if n := defaultRegistry.Len(); n != 0 {
 		t.Fatalf("a refused Corefile left %d probes", n)
+	}
+	if _, checked := vipOnBoard("10.99.2.5"); checked {
+		t.Fatal("a refused Corefile left a VIP on the board")
 	}
 	_, err = coretest.New(block("example.org", "loadbalancer 10.99.2.1\nloadbalancer 10.99.2.2") + block("example.net", "loadbalancer 10.99.2.1"))
 	if err == nil || !strings.Contains(err.Error(), "loadbalancer 10.99.2.1 defined twice") {

@@ -60,8 +60,16 @@ func (h *HealthCheck) OnStartup() error {
 	if h.cur.Load() != nil {
 		return nil
 	}
-	if err := h.validate(); err != nil {
-		return plugin.Error("healthcheck", err)
+	// Validate every block of the instance before the first one starts, so a refused Corefile
+	// starts nothing.
+	members := []*HealthCheck{h}
+	if h.group != nil {
+		members = h.group.all()
+	}
+	for _, m := range members {
+		if err := m.validate(); err != nil {
+			return plugin.Error("healthcheck", err)
+		}
 	}
 	runs := make(map[string]*checkRun, len(h.cfg.checks))
 	for _, ch := range h.cfg.checks {
@@ -242,6 +250,12 @@ func groupOf(c *caddy.Controller) *group {
 		return nil
 	})
 	return g
+}
+
+func (g *group) all() []*HealthCheck {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]*HealthCheck(nil), g.members...)
 }
 
 func (g *group) add(h *HealthCheck) {

@@ -290,6 +290,14 @@ func (r *Registry) attempt(j job) {
 	if rd.p.ctx.Err() == nil {
 		start := time.Now() // a measurement, not a threshold: wall time
 		a = r.probe(rd.p.ctx, rd.run, j.slot, rd.p.key.target, rd.url)
+		if rd.p.ctx.Err() != nil {
+			// Released while probing: the result says nothing about the target.
+			rd.res[j.slot] = attempt{outcome: noResult, reason: "probe stopped"}
+			if rd.left.Add(-1) == 0 {
+				r.finish(rd)
+			}
+			return
+		}
 		if a.outcome != noResult {
 			rd.run.duration[j.slot].Observe(time.Since(start).Seconds())
 		} else if a.local != nil {

@@ -42,7 +42,7 @@ func setup(c *caddy.Controller) error {
 			d.Want(k)
 		}
 	}
-	h := &HealthCheck{cfg: cfg, board: health.Default, reg: defaultRegistry, demand: d}
+	h := &HealthCheck{cfg: cfg, board: health.Default, reg: defaultRegistry, demand: d, group: g}
 	g.add(h)
 
 	c.OnStartup(h.OnStartup)
