@@ -369,6 +369,23 @@ func TestRemovedCompositeIsUnpublished(t *testing.T) {
 			t.Errorf("%v still has %d refs (only the test's should remain)", e.Key, e.Refs)
 		}
 	}
+	// The metric series of a composite and a source nobody configures any more are gone.
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if !strings.HasPrefix(mf.GetName(), "coredns_pschealth_") {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if v := l.GetValue(); v == "svc-a" || v == "web-a" {
+					t.Errorf("%s still has a series for %s", mf.GetName(), v)
+				}
+			}
+		}
+	}
 	if err := p.OnShutdown(); err != nil { // idempotent
 		t.Fatal(err)
 	}
