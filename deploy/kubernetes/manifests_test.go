@@ -323,8 +323,10 @@ func TestDeployment(t *testing.T) {
 	if d.Namespace != "kube-system" {
 		t.Errorf("deployment in namespace %q, want kube-system", d.Namespace)
 	}
-	if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
-		t.Errorf("replicas %v, want 2", d.Spec.Replicas)
+	if d.Spec.Replicas == nil {
+		t.Error("replicas not set, want 2")
+	} else if *d.Spec.Replicas != 2 {
+		t.Errorf("replicas %d, want 2", *d.Spec.Replicas)
 	}
 	sel, err := metaSelector(d)
 	if err != nil {
