@@ -229,7 +229,8 @@ func (o *Outbound) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 	}
 	q := r.Question[0]
 	if o.lastQ.Load() == nil {
-		o.lastQ.Store(&q)
+		first := q
+		o.lastQ.Store(&first)
 	}
 	from, _ := o.loc.Locate(w.RemoteAddr(), r, false)
 
