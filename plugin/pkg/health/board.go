@@ -7,6 +7,7 @@ package health
 
 import (
 	"net/netip"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -116,9 +117,16 @@ type Board struct {
 	mu      sync.RWMutex
 	targets map[Key]*Target
 
-	subMu  sync.RWMutex
-	subs   map[int]func(Change)
+	// subs is replaced, never changed in place, so notify reads it without a lock and a
+	// subscriber may itself write the board.
+	subMu  sync.Mutex
+	subs   atomic.Pointer[[]subscriber]
 	nextID int
+}
+
+type subscriber struct {
+	id int
+	fn func(Change)
 }
 
 // Default is the board of the process; plugins use it unless a test gives them another.
@@ -126,7 +134,7 @@ var Default = NewBoard(time.Now)
 
 // NewBoard returns an empty board whose change times come from now.
 func NewBoard(now func() time.Time) *Board {
-	return &Board{now: now, targets: make(map[Key]*Target), subs: make(map[int]func(Change))}
+	return &Board{now: now, targets: make(map[Key]*Target)}
 }
 
 // Acquire returns the target for k, creating it in state Unknown, and takes a reference on it.
@@ -186,26 +194,38 @@ func (b *Board) Set(t *Target, s State, reason string) bool {
 }
 
 func (b *Board) notify(c Change) {
-	b.subMu.RLock()
-	defer b.subMu.RUnlock()
-	for _, fn := range b.subs {
-		fn(c)
+	if subs := b.subs.Load(); subs != nil {
+		for _, s := range *subs {
+			s.fn(c)
+		}
 	}
 }
 
 // Subscribe calls fn for every state change until the returned cancel is called. fn runs on the
-// writer's goroutine and must not block.
+// writer's goroutine, so it must be quick and must not block; it may write the board.
 func (b *Board) Subscribe(fn func(Change)) (cancel func()) {
 	b.subMu.Lock()
 	id := b.nextID
 	b.nextID++
-	b.subs[id] = fn
+	b.swapSubs(func(old []subscriber) []subscriber { return append(old, subscriber{id, fn}) })
 	b.subMu.Unlock()
 	return func() {
 		b.subMu.Lock()
-		delete(b.subs, id)
+		b.swapSubs(func(old []subscriber) []subscriber {
+			return slices.DeleteFunc(old, func(s subscriber) bool { return s.id == id })
+		})
 		b.subMu.Unlock()
 	}
+}
+
+// swapSubs replaces the subscriber list with edit applied to a copy of it; b.subMu is held.
+func (b *Board) swapSubs(edit func([]subscriber) []subscriber) {
+	var cur []subscriber
+	if p := b.subs.Load(); p != nil {
+		cur = slices.Clone(*p)
+	}
+	next := edit(cur)
+	b.subs.Store(&next)
 }
 
 // Entry is one line of a Snapshot.

@@ -167,6 +167,34 @@ func TestSubscribe(t *testing.T) {
 	}
 }
 
+// A subscriber may write the board (pschealth derives a composite from the changes it is told).
+func TestSubscriberMayWrite(t *testing.T) {
+	b, _ := newTestBoard()
+	src := b.Acquire(Key{Check: "web", Addr: addr1})
+	derived := b.Acquire(Key{Addr: netip.MustParseAddr("198.51.100.1")})
+	cancel := b.Subscribe(func(c Change) {
+		if c.Key == src.Key() {
+			b.Set(derived, c.New.State, "follows "+c.Key.String())
+		}
+	})
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		// A concurrent Subscribe must not deadlock against the nested notify.
+		for range 100 {
+			b.Subscribe(func(Change) {})()
+		}
+		close(done)
+	}()
+	for i := range 1000 {
+		b.Set(src, State(1+i%2), "flip")
+	}
+	<-done
+	if derived.State() != src.State() {
+		t.Fatalf("derived %v, source %v", derived.State(), src.State())
+	}
+}
+
 func TestSnapshotSorted(t *testing.T) {
 	b, _ := newTestBoard()
 	b.Acquire(Key{Check: "web", Addr: netip.MustParseAddr("192.0.2.2")})
