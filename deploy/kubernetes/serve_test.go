@@ -383,7 +383,8 @@ func TestConfigMapCorefileServes(t *testing.T) {
 	})
 }
 
-// TestRegionFollowsREGION shows the replica's region reaching routingpolicy through {$REGION}:
+// TestRegionFollowsREGION shows the replica's region reaching routingpolicy through {$REGION}
+// (L-2: a client in no configured subnet is located in the server's own region):
 // the steer.example block of the ConfigMap answers with the europe-west1 item, then, read again
 // with REGION=us-east1 (a reload, as the reload plugin does when the ConfigMap changes, or a pod
 // of the us-east1 Deployment), with the us-east1 item.
