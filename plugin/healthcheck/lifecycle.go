@@ -302,11 +302,17 @@ func (g *group) abandonChildren() {
 	g.children = nil
 	g.mu.Unlock()
 	for _, ch := range children {
-		ch.mu.Lock()
-		members := ch.members
-		ch.mu.Unlock()
-		for _, h := range members {
+		for _, h := range ch.all() {
 			h.OnShutdown()
+		}
+	}
+	// The failed instance may have set our VIPs from its own backends: derive them again.
+	for _, h := range g.all() {
+		if run := h.cur.Load(); run != nil && run.kick != nil {
+			select {
+			case run.kick <- struct{}{}:
+			default:
+			}
 		}
 	}
 }

@@ -48,9 +48,9 @@ type Registry struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	limit   int      // the most workers
-	workers int      // workers started; only the scheduler goroutine touches it
-	jobs    chan job // unbuffered: a send succeeds only when a worker is idle
+	limit   int          // the most workers
+	workers atomic.Int32 // workers started; only the scheduler goroutine changes it
+	jobs    chan job     // unbuffered: a send succeeds only when a worker is idle
 	wg      sync.WaitGroup
 	logged  sync.Map // HC-3: local errors already logged
 	rounds  atomic.Uint64
@@ -169,7 +169,7 @@ func (r *Registry) start() {
 	r.quit = make(chan struct{})
 	r.done = make(chan struct{})
 	r.ctx, r.cancel = context.WithCancel(context.Background())
-	r.workers = 0
+	r.workers.Store(0)
 	go r.loop(r.quit, r.done)
 }
 
@@ -258,8 +258,8 @@ func (r *Registry) dispatch(j job, quit chan struct{}) bool {
 		return true
 	default:
 	}
-	if r.workers < r.limit {
-		r.workers++
+	if int(r.workers.Load()) < r.limit {
+		r.workers.Add(1)
 		r.wg.Add(1)
 		go r.worker(j, quit)
 		return true
