@@ -389,5 +389,8 @@ func relName(name, origin string) string {
 	if dns.IsFqdn(name) {
 		return name
 	}
+	if origin == "." {
+		return name + "."
+	}
 	return name + "." + origin
 }

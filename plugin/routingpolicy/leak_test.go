@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 	"github.com/coresteer/coresteer/plugin/pkg/health"
@@ -15,7 +16,22 @@ import (
 // TestIntegrationReloadNoLeak reloads a Corefile whose block runs a file reload loop and checks
 // that no goroutine outlives the server, and that the board targets follow the configuration.
 func TestIntegrationReloadNoLeak(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	ignore := goleak.IgnoreCurrent()
+	defer func() {
+		// Servers stop asynchronously (a UDP reader leaves at its read deadline): poll with a
+		// deadline rather than trusting goleak's one-second retry on a loaded machine.
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			err := goleak.Find(ignore)
+			if err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatal(err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
 	dir := t.TempDir()
 	f := filepath.Join(dir, "rs.yaml")
 	if err := os.WriteFile(f, []byte("- {name: www.example.org., type: A, routingPolicy: {wrr: {items: [{weight: 1, rrdatas: [192.0.2.77]}]}}}\n"), 0o644); err != nil {

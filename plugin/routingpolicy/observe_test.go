@@ -65,22 +65,29 @@ func TestMetricsServedShare(t *testing.T) {
 	if got := value(t, wrrConfiguredShare.WithLabelValues("metrics.test.", "www.metrics.test./A", "1")); got != 0.75 {
 		t.Fatalf("configured share of item 1: %v", got)
 	}
+	// Counters are process-wide: compare before and after.
+	c0 := answersTotal.WithLabelValues("", "metrics.test.", "www.metrics.test./A", "wrr", "0")
+	c1 := answersTotal.WithLabelValues("", "metrics.test.", "www.metrics.test./A", "wrr", "1")
+	b0, b1 := value(t, c0), value(t, c1)
+	fb := geoFallbacksTotal.WithLabelValues("", "metrics.test.", "g.metrics.test./A")
+	fo := failOpenTotal.WithLabelValues("", "metrics.test.", "www.metrics.test./A")
+	bfb, bfo := value(t, fb), value(t, fo)
 	count(t, rp, "www.metrics.test.", "10.1.1.1", 4000)
-	a0 := value(t, answersTotal.WithLabelValues("", "metrics.test.", "www.metrics.test./A", "wrr", "0"))
-	a1 := value(t, answersTotal.WithLabelValues("", "metrics.test.", "www.metrics.test./A", "wrr", "1"))
+	a0 := value(t, c0) - b0
+	a1 := value(t, c1) - b1
 	if a0+a1 != 4000 || a1 < 2700 || a1 > 3300 {
 		t.Fatalf("served: item 0 %v, item 1 %v", a0, a1)
 	}
 	// Fail open and geo fallback are counted.
 	set(b, "web", "10.0.1.1", health.Unhealthy)
 	ask(t, rp, "g.metrics.test.", dns.TypeA, "10.1.1.1")
-	if got := value(t, geoFallbacksTotal.WithLabelValues("", "metrics.test.", "g.metrics.test./A")); got != 1 {
+	if got := value(t, fb) - bfb; got != 1 {
 		t.Fatalf("geo fallbacks: %v", got)
 	}
 	set(b, "web", "10.0.0.1", health.Unhealthy)
 	set(b, "web", "10.0.0.2", health.Unhealthy)
 	ask(t, rp, "www.metrics.test.", dns.TypeA, "10.1.1.1")
-	if got := value(t, failOpenTotal.WithLabelValues("", "metrics.test.", "www.metrics.test./A")); got != 1 {
+	if got := value(t, fo) - bfo; got != 1 {
 		t.Fatalf("fail open: %v", got)
 	}
 }
