@@ -3,8 +3,11 @@ package routingpolicy
 import (
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/coresteer/coresteer/plugin/pkg/health"
+
+	"github.com/miekg/dns"
 )
 
 // each calls fn for every address of every item of p, the failover backup included.
@@ -103,6 +106,25 @@ func (p *policy) checkDNSSEC() error {
 		for i := range q.items {
 			if n := len(q.items[i].addrs); n != 1 {
 				return fmt.Errorf("%s %s: with dnssec, a health-checked policy allows one address per item, item %s has %d (R-SEC-1)", p.kind, p.label, q.items[i].label, n)
+			}
+		}
+	}
+	return nil
+}
+
+// forwarder is what a forwarding plugin in the same server block (outbound) exposes so a policy
+// on a name it forwards is refused (DESIGN.md section 5).
+type forwarder interface {
+	Zones() []string
+}
+
+// checkForwarded returns an error when a policy record set is inside one of the forwarded zones.
+func (d *data) checkForwarded(zones []string) error {
+	for _, p := range d.policies {
+		for _, z := range zones {
+			z = strings.ToLower(dns.Fqdn(z))
+			if inZone(p.name, z) {
+				return fmt.Errorf("%s %s: policies are not allowed on zone %s, which outbound forwards", p.kind, p.label, z)
 			}
 		}
 	}

@@ -155,6 +155,13 @@ func (rp *RoutingPolicy) OnStartup(conf *dnsserver.Config) error {
 				return plugin.Error("routingpolicy", err)
 			}
 		}
+		if f, ok := conf.Handler("outbound").(forwarder); ok {
+			if err := d.checkForwarded(f.Zones()); err != nil {
+				d.release(rp.board)
+				rp.started = false
+				return plugin.Error("routingpolicy", err)
+			}
+		}
 		if conf.Handler("cache") != nil && len(d.policies) > 0 {
 			log.Warningf("cache is in the server block of %v: it does not key on the client's region, so one region's answer is served to every region until it expires", rp.cfg.Zones)
 		}

@@ -122,3 +122,16 @@ func TestSetupHealthcheckDefined(t *testing.T) {
 		t.Fatalf("wanted: %v", want)
 	}
 }
+
+func TestForwardedZone(t *testing.T) {
+	rp, _ := newTest(t, `routingpolicy example.org {
+		wrr www.corp A 60 "1=10.0.0.1"
+	}`)
+	d := rp.data.Load()
+	if err := d.checkForwarded([]string{"corp.example.org"}); err == nil || !strings.Contains(err.Error(), "which outbound forwards") {
+		t.Fatalf("policy in a forwarded zone: %v", err)
+	}
+	if err := d.checkForwarded([]string{"other.example.org."}); err != nil {
+		t.Fatalf("unrelated forwarded zone: %v", err)
+	}
+}
