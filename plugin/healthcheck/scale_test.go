@@ -212,6 +212,8 @@ func BenchmarkTCPRound(b *testing.B) {
 	r.ctx = context.Background()
 	p := &probe{key: probeKey{"bench", target}, run: run, targets: map[*health.Target]int{}}
 	p.ctx = context.Background()
+	p.gauge = targetState.WithLabelValues("bench", target.String())
+	defer targetState.DeleteLabelValues("bench", target.String())
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
