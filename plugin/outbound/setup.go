@@ -3,6 +3,7 @@ package outbound
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -240,7 +241,11 @@ func (o *Outbound) parseTo(c *caddy.Controller, args []string) error {
 			if !ip.Is4() {
 				return c.Errf("to %s: IPv6 target; targets must be IPv4", a)
 			}
-			o.targets = append(o.targets, netip.AddrPortFrom(ip, port))
+			t := netip.AddrPortFrom(ip, port)
+			if slices.Contains(o.targets, t) {
+				return c.Errf("to %s given twice", a)
+			}
+			o.targets = append(o.targets, t)
 			continue
 		}
 		if len(args) != 1 {

@@ -76,6 +76,7 @@ func TestParseErrors(t *testing.T) {
 	}{
 		{"no targets", `outbound example.org { }`, "no targets"},
 		{"to empty", `outbound example.org { to }`, "to needs"},
+		{"target twice", `outbound example.org { to 10.0.0.1 10.0.0.1:53 }`, "to 10.0.0.1:53 given twice"},
 		{"to twice", "outbound example.org {\nto 10.0.0.1\nto 10.0.0.2\n}", "to given twice"},
 		// O-1
 		{"public target", `outbound example.org { to 8.8.8.8 }`, "8.8.8.8: public target"},
