@@ -2,16 +2,21 @@ package healthcheck
 
 import (
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"net/netip"
 	"runtime"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 	"github.com/coresteer/coresteer/plugin/pkg/health"
 
 	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 func vipOnBoard(vip string) (health.State, bool) {
@@ -234,4 +239,86 @@ func TestFailedReloadReleases(t *testing.T) {
 	if n := defaultRegistry.Len(); n != 0 {
 		t.Fatalf("%d probes after shutdown", n)
 	}
+}
+
+// H-2 through the ready plugin: a block whose target has no verdict yet (here never: its only
+// prober cannot bind its source address, HC-3) keeps /ready at 503 naming healthcheck;
+// ready_wait off does not wait.
+func TestReadyPluginH2(t *testing.T) {
+	leakCheck(t)
+	ln, err := net.Listen("tcp", "127.0.5.20:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readyAddr := ln.Addr().String()
+	ln.Close()
+	rec := listen(t, "127.0.5.21:0")
+	cf := func(wait string) string {
+		return fmt.Sprintf(`example.org:0 {
+	bind 127.0.0.1
+	ready %s
+	healthcheck {
+		check blind {
+			interval 1s
+			timeout 500ms
+			prober us-east1 192.0.2.1
+		}
+		loadbalancer 10.99.4.1 {
+			backends %s
+			check blind
+		}
+		ready_wait %s
+	}
+	whoami
+}
+`, readyAddr, rec.addr(), wait)
+	}
+	s := coretest.Start(t, cf("on"))
+	client := &http.Client{Timeout: 2 * time.Second}
+	get := func() (int, string) {
+		resp, err := client.Get("http://" + readyAddr + "/ready")
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	// Wait for a probe round to have run and given no result, then /ready must still say no.
+	waitFor(t, "a round without result", func() bool {
+		return testutilCount(t, "blind", "us-east1", "error") > 0
+	})
+	if code, body := get(); code != http.StatusServiceUnavailable || !strings.Contains(body, "healthcheck") {
+		t.Fatalf("/ready: %d %q, want 503 naming healthcheck", code, body)
+	}
+	if err := s.Reload(cf("off")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "ready with ready_wait off", func() bool { code, _ := get(); return code == http.StatusOK })
+	s.Stop()
+	client.CloseIdleConnections()
+}
+
+// testutilCount reads coredns_healthcheck_probes_total for check, region and result.
+func testutilCount(t *testing.T, check, region, result string) float64 {
+	t.Helper()
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "coredns_healthcheck_probes_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				l[lp.GetName()] = lp.GetValue()
+			}
+			if l["check"] == check && l["region"] == region && l["result"] == result {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }
