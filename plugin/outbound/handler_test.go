@@ -140,3 +140,14 @@ func TestMatch(t *testing.T) {
 		t.Errorf("root zone does not match")
 	}
 }
+
+// routingpolicy asks the outbound handler of its server block which names it forwards.
+func TestZonesAndForwards(t *testing.T) {
+	o := &Outbound{zones: []string{"corp.internal."}, except: []string{"geo.corp.internal."}}
+	if z := o.Zones(); len(z) != 1 || z[0] != "corp.internal." {
+		t.Errorf("Zones() = %v", z)
+	}
+	if !o.Forwards("a.corp.internal") || o.Forwards("resolvers.geo.corp.internal.") || o.Forwards("example.org.") {
+		t.Errorf("Forwards is wrong")
+	}
+}

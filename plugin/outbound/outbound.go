@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -85,6 +86,14 @@ func New() *Outbound {
 
 // Name implements plugin.Handler.
 func (o *Outbound) Name() string { return "outbound" }
+
+// Zones returns the forwarded zones, for plugins of the same server block (routingpolicy refuses
+// policies on them, DESIGN.md section 5). Names under an `except` are not forwarded: see Forwards.
+func (o *Outbound) Zones() []string { return slices.Clone(o.zones) }
+
+// Forwards reports whether a query for name would be forwarded: it is in a zone and not under an
+// `except`.
+func (o *Outbound) Forwards(name string) bool { return o.match(dns.CanonicalName(name)) != "" }
 
 // bind resolves the endpoint names against the instance's registry (O-9) and their sources
 // against this host (O-2). Without endpoints the zone uses one default endpoint whose source is
