@@ -17,7 +17,7 @@ func FuzzParse(f *testing.F) {
 	} {
 		f.Add(s)
 	}
-	f.Fuzz(func(t *testing.T, in string) {
+	f.Fuzz(func(_ *testing.T, in string) {
 		parse(caddy.NewTestController("dns", in))
 	})
 }

@@ -17,6 +17,7 @@ func osStderr() io.Writer { return os.Stderr }
 // leakCheck fails t when goroutines started during t outlive it. It runs after every other
 // cleanup of t (listeners, servers), so it sees what really remains.
 func leakCheck(t *testing.T) {
+	t.Helper()
 	opt := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
 }

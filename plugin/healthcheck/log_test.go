@@ -32,6 +32,7 @@ func (s *syncBuffer) String() string {
 }
 
 func captureLog(t *testing.T) *syncBuffer {
+	t.Helper()
 	b := &syncBuffer{}
 	golog.SetOutput(b)
 	t.Cleanup(func() { golog.SetOutput(os.Stderr) })

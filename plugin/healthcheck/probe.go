@@ -166,23 +166,20 @@ func trimError(err error) string {
 // cannot be bound, no socket or file descriptor or port is left, or the source address does
 // not fit the target's family. These say nothing about the target.
 func localError(err error) bool {
-	var se *os.SyscallError
-	if errors.As(err, &se) {
+	if se, ok := errors.AsType[*os.SyscallError](err); ok {
 		switch se.Syscall {
 		case "socket", "bind", "setsockopt":
 			return true
 		}
 	}
-	var errno syscall.Errno
-	if errors.As(err, &errno) {
+	if errno, ok := errors.AsType[syscall.Errno](err); ok {
 		switch errno {
 		case syscall.EMFILE, syscall.ENFILE, syscall.EADDRNOTAVAIL, syscall.ENOBUFS, syscall.ENOMEM:
 			return true
 		}
 	}
-	var ae *net.AddrError
 	// The source address's family does not fit the target's: Go filters the target out.
-	if errors.As(err, &ae) && (strings.Contains(ae.Err, "mismatched local address") || strings.Contains(ae.Err, "no suitable address")) {
+	if ae, ok := errors.AsType[*net.AddrError](err); ok && (strings.Contains(ae.Err, "mismatched local address") || strings.Contains(ae.Err, "no suitable address")) {
 		return true
 	}
 	return false
@@ -190,12 +187,10 @@ func localError(err error) bool {
 
 // localKind names a local error for the log-once set, without the target in it.
 func localKind(err error) string {
-	var se *os.SyscallError
-	if errors.As(err, &se) {
+	if se, ok := errors.AsType[*os.SyscallError](err); ok {
 		return se.Syscall + ": " + se.Err.Error()
 	}
-	var ae *net.AddrError
-	if errors.As(err, &ae) {
+	if ae, ok := errors.AsType[*net.AddrError](err); ok {
 		return ae.Err
 	}
 	return trimError(err)

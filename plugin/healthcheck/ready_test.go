@@ -84,7 +84,7 @@ func TestReadyH2(t *testing.T) {
 // threshold, a group with no backend healthy.
 func TestDeriveHC4(t *testing.T) {
 	b := health.NewBoard(time.Now)
-	var ts []*health.Target
+	ts := make([]*health.Target, 0, 5)
 	for i := range 5 {
 		ts = append(ts, b.Acquire(health.Key{Check: "c", Addr: netip.AddrFrom4([4]byte{10, 0, 0, byte(i)})}))
 	}

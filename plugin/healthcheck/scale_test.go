@@ -62,7 +62,7 @@ func TestScale10k(t *testing.T) {
 		t.Fatalf("%d listeners, want %d", len(targets), addrs*ports)
 	}
 
-	rssBase := procStatus(t, "VmRSS")
+	rssBase := procStatus("VmRSS")
 	b := health.NewBoard(time.Now)
 	r := NewRegistry(b, realClock{})
 	if os.Getenv("HEALTHCHECK_SCALE_NOPROBE") != "" { // the scheduler's own cost
@@ -110,7 +110,7 @@ func TestScale10k(t *testing.T) {
 	t.Logf("%d TCP targets, interval %v, window %v: %d rounds (%.0f/s), CPU %.2fs (user %.2fs, system %.2fs) = %.2f%% of one core; "+
 		"RSS %s (before the targets: %s), peak %s; healthy %d, unknown %d",
 		len(targets), c.Interval, wall.Round(time.Millisecond), rounds, float64(rounds)/wall.Seconds(), cpu.Seconds(), (u1 - u0).Seconds(), (s1 - s0).Seconds(), share,
-		procStatus(t, "VmRSS"), rssBase, procStatus(t, "VmHWM"), healthy, unknown)
+		procStatus("VmRSS"), rssBase, procStatus("VmHWM"), healthy, unknown)
 	if share > 5 {
 		t.Errorf("CPU %.2f%% of one core, goal under 5%%", share)
 	}
@@ -169,12 +169,12 @@ func cpuSplit() (user, sys time.Duration) {
 	return time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())
 }
 
-func procStatus(t *testing.T, field string) string {
+func procStatus(field string) string {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		return "?"
 	}
-	for _, l := range strings.Split(string(b), "\n") {
+	for l := range strings.SplitSeq(string(b), "\n") {
 		if strings.HasPrefix(l, field+":") {
 			return strings.Join(strings.Fields(l[len(field)+1:]), " ")
 		}

@@ -79,7 +79,7 @@ func uniformJitter(d time.Duration) time.Duration {
 	if d <= 0 {
 		return 0
 	}
-	return time.Duration(rand.Int64N(int64(d)))
+	return time.Duration(rand.Int64N(int64(d))) //nolint:gosec // spreading load, not a secret
 }
 
 func runAttempt(ctx context.Context, run *checkRun, slot int, target netip.AddrPort, url string) attempt {
@@ -150,7 +150,7 @@ type round struct {
 	run  *checkRun
 	url  string
 	res  []attempt
-	left atomic.Int32
+	left atomic.Int64
 }
 
 type job struct {
@@ -242,7 +242,7 @@ func (r *Registry) due(now time.Time, batch []job) []job {
 		p.busy = true
 		n := p.run.check.slots()
 		rd := &round{p: p, run: p.run, url: p.url, res: make([]attempt, n)}
-		rd.left.Store(int32(n))
+		rd.left.Store(int64(n))
 		for i := range n {
 			batch = append(batch, job{r: rd, slot: i})
 		}
@@ -372,9 +372,8 @@ func (r *Registry) acquire(run *checkRun, target netip.AddrPort) *probe {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.clock.Now()
-	p := r.probes[k]
-	switch {
-	case p == nil:
+	p, ok := r.probes[k]
+	if !ok {
 		p = &probe{key: k, run: run, url: probeURL(run.check, target), targets: make(map[*health.Target]int)}
 		p.ctx, p.stop = context.WithCancel(r.ctx)
 		p.due = now.Add(r.jitter(run.check.Interval))
@@ -383,7 +382,7 @@ func (r *Registry) acquire(run *checkRun, target netip.AddrPort) *probe {
 		p.gauge = targetState.WithLabelValues(k.check, target.String())
 		p.gauge.Set(float64(health.Unknown))
 		r.kick()
-	default:
+	} else {
 		r.use(p, run, now)
 	}
 	p.runs = append(p.runs, run)

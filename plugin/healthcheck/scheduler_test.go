@@ -143,7 +143,7 @@ func TestJitterHC5(t *testing.T) {
 	c := grid(1, 1)
 	run := newCheckRun(c)
 	start := clk.Now()
-	var probes []*probe
+	probes := make([]*probe, 0, 1000)
 	for i := range 1000 {
 		a := netip.AddrFrom4([4]byte{127, 1, byte(i >> 8), byte(i)})
 		probes = append(probes, r.acquire(run, netip.AddrPortFrom(a, 80)))
@@ -196,7 +196,7 @@ func TestBoundedConcurrencyHC5(t *testing.T) {
 		return attempt{outcome: success}
 	}
 	run := newCheckRun(grid(1, 1))
-	var probes []*probe
+	probes := make([]*probe, 0, 50)
 	for i := range 50 {
 		probes = append(probes, r.acquire(run, netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 2, 0, byte(i)}), 80)))
 	}

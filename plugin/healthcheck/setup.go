@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -314,10 +315,8 @@ func addProber(c *caddy.Controller, ch *Check, args []string) error {
 		if !src.IsValid() || len(r.Sources) == 0 {
 			return c.Errf("check %s: prober %s given twice (repeat a region only to add source addresses)", ch.Name, args[0])
 		}
-		for _, s := range r.Sources {
-			if s == src {
-				return c.Errf("check %s: prober %s %s given twice", ch.Name, args[0], src)
-			}
+		if slices.Contains(r.Sources, src) {
+			return c.Errf("check %s: prober %s %s given twice", ch.Name, args[0], src)
 		}
 		r.Sources = append(r.Sources, src)
 		return nil
