@@ -53,3 +53,18 @@ func directiveBlock(corefile, name string) string {
 	}
 	return ""
 }
+
+// The healthcheck block of the repository's Corefile.example parses.
+func TestCorefileExample(t *testing.T) {
+	b, err := os.ReadFile("../../Corefile.example")
+	if err != nil {
+		t.Skip("no Corefile.example")
+	}
+	block := directiveBlock(string(b), "healthcheck")
+	if block == "" {
+		t.Skip("Corefile.example has no healthcheck block")
+	}
+	if _, err := parse(caddy.NewTestController("dns", block)); err != nil {
+		t.Fatalf("Corefile.example: %v", err)
+	}
+}
