@@ -48,6 +48,10 @@ func TestAggregateHC2(t *testing.T) {
 		// The README's worked example: one region cannot reach the target.
 		{"3x3 one region down", 3, 3, "hhh hhh uuu", success, 2, 3},
 		{"3x3 two regions down", 3, 3, "hhh uuu uuu", failure, 1, 3},
+		// The README's table, line by line.
+		{"README: one region down, one prober timing out", 3, 3, "hhh hhu uuu", success, 2, 3},
+		{"README: the down region cannot bind instead", 3, 3, "hhh hhu ---", success, 2, 2},
+		{"README: a second prober lost", 3, 3, "hhh huu uuu", failure, 1, 3},
 		{"3x3 one prober down per region", 3, 3, "hhu hhu hhu", success, 3, 3},
 		{"3x3 two probers down per region", 3, 3, "huu huu hhh", failure, 1, 3},
 		// HC-3: probers that could not run abstain; the region decides with the others.
