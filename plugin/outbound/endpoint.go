@@ -152,9 +152,11 @@ func (e *Endpoint) close() {
 	for _, p := range e.pairs {
 		ps = append(ps, p)
 	}
+	e.pairs = nil
 	e.mu.Unlock()
 	for _, p := range ps {
 		p.up.close()
+		releaseOutcomes(p.key, p.outcomes)
 	}
 }
 

@@ -268,3 +268,29 @@ func TestLatencyBeatsDistance(t *testing.T) {
 		t.Errorf("O-5: %d of 20 queries went back to the slow endpoint", n)
 	}
 }
+
+// Ranking state survives a reload, as health verdicts do (H-4): an endpoint demoted before the
+// reload is still demoted after it, so no query waits on its dead path again.
+func TestRankingSurvivesReload(t *testing.T) {
+	r := startResolver(t, "127.0.0.50")
+	s := coretest.Start(t, twoEndpoints(r.addr, "timeout 3s"))
+	for range 3 {
+		mustQuery(t, s, "127.0.1.1", "warm.example.")
+	}
+	r.drop(netip.MustParseAddr("127.0.0.11"))
+	for range 3 {
+		mustQuery(t, s, "127.0.1.1", "demote.example.")
+	}
+	if err := s.Reload(twoEndpoints(r.addr, "timeout 4s")); err != nil {
+		t.Fatal(err)
+	}
+	before := r.count("127.0.0.12")
+	start := time.Now()
+	m := mustQuery(t, s, "127.0.1.1", "after.example.")
+	if m.Rcode != dns.RcodeSuccess || r.count("127.0.0.12") != before+1 {
+		t.Fatalf("after reload: %s, sources %v", dns.RcodeToString[m.Rcode], r.sourceSet())
+	}
+	if d := time.Since(start); d >= attemptMin {
+		t.Errorf("after reload the query took %v: it waited on the demoted endpoint again", d)
+	}
+}

@@ -62,18 +62,14 @@ type pair struct {
 	dstStr string // for metrics and metadata, built once
 	srcStr string
 
-	mu         sync.Mutex
-	succ, tot  float64   // decayed counts
-	last       time.Time // when succ and tot were last decayed
-	lat        float64   // smoothed latency of successes, seconds; 0 = no data
-	lastSample time.Time
-	consec     int // failures since the last success
-	down       bool
-	probing    atomic.Bool
+	*outcomes // shared across reloads, see outcomes.go
+	key       outcomeKey
+	probing   atomic.Bool
 }
 
 func newPair(e *Endpoint, src netip.Addr, dst netip.AddrPort) *pair {
-	p := &pair{ep: e, src: src, dst: dst, up: &upstream{src: src, dst: dst}}
+	k := outcomeKey{endpoint: e.Name, src: src, dst: dst}
+	p := &pair{ep: e, src: src, dst: dst, up: &upstream{src: src, dst: dst}, key: k, outcomes: acquireOutcomes(k)}
 	p.dstStr = dst.Addr().String()
 	if dst.Port() != 53 {
 		p.dstStr = dst.String()

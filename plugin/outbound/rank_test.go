@@ -28,6 +28,7 @@ func testRanker(t *testing.T, clk *fakeClock, regions ...string) (*ranker, *regi
 		e := &Endpoint{Name: r, Region: r, init: true, addrs: []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, byte(11 + i)})}}
 		pairs = append(pairs, e.pair(target))
 		ids = append(ids, id)
+		t.Cleanup(e.close)
 	}
 	return newRanker(pairs, ids, tbl, clk.now), tbl
 }
