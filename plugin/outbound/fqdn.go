@@ -13,6 +13,7 @@ import (
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin/pkg/nonwriter"
 	"github.com/coredns/coredns/request"
+	"github.com/coresteer/coresteer/plugin/pkg/health"
 	"github.com/coresteer/coresteer/plugin/pkg/region"
 
 	"github.com/miekg/dns"
@@ -35,6 +36,7 @@ const (
 type fqdnEntry struct {
 	addrs   []netip.Addr
 	rk      *ranker
+	held    map[netip.Addr]*health.Target // P-4: board entries of addrs, released with rk
 	refresh time.Time
 	expires time.Time
 }
@@ -65,11 +67,11 @@ func (o *Outbound) fqdnRanker(ctx context.Context, state request.Request, from r
 		}
 		defer o.fq.refreshing[k].Store(false)
 		if ne, err := o.lookupFQDN(ctx, state, e); err == nil {
-			slot.Store(ne)
+			o.fq.swap(o, slot, ne)
 			return ne.rk, nil
 		} else {
 			log.Warningf("Refreshing target %s for region %s failed, keeping %v: %v", o.fqdn, o.loc.Table.Name(from), e.addrs, err)
-			slot.Store(&fqdnEntry{addrs: e.addrs, rk: e.rk, refresh: now.Add(retryRefresh), expires: e.expires})
+			o.fq.swap(o, slot, &fqdnEntry{addrs: e.addrs, rk: e.rk, held: e.held, refresh: now.Add(retryRefresh), expires: e.expires})
 		}
 		return e.rk, nil
 	}
@@ -85,8 +87,22 @@ func (o *Outbound) fqdnRanker(ctx context.Context, state request.Request, from r
 	if err != nil {
 		return nil, err
 	}
-	slot.Store(ne)
+	o.fq.swap(o, slot, ne)
 	return ne.rk, nil
+}
+
+// swap installs e in slot and releases the board entries of the entry it replaces, unless e
+// carries them on (same addresses).
+func (fc *fqdnCache) swap(o *Outbound, slot *atomic.Pointer[fqdnEntry], e *fqdnEntry) {
+	if old := slot.Swap(e); old != nil && old.rk != e.rk {
+		o.releaseHeld(old.held)
+	}
+}
+
+func (o *Outbound) releaseHeld(held map[netip.Addr]*health.Target) {
+	for _, t := range held {
+		o.board.Release(t)
+	}
 }
 
 var errSelfLoop = errors.New("resolving the FQDN target came back to outbound: nothing in this server answers it")
@@ -141,13 +157,16 @@ func (o *Outbound) lookupFQDN(ctx context.Context, state request.Request, prev *
 	now := o.now()
 	e := &fqdnEntry{addrs: addrs, refresh: now.Add(time.Duration(float64(ttl) * refreshAt)), expires: now.Add(ttl)}
 	if prev != nil && slices.Equal(prev.addrs, addrs) {
-		e.rk = prev.rk
+		e.rk, e.held = prev.rk, prev.held
 	} else {
 		targets := make([]netip.AddrPort, len(addrs))
+		e.held = make(map[netip.Addr]*health.Target, len(addrs))
 		for i, a := range addrs {
 			targets[i] = netip.AddrPortFrom(a, o.fqdnPort)
+			// P-4 holds for resolved targets too: a pschealth destination's state is seen.
+			e.held[a] = o.board.Acquire(health.Key{Addr: a})
 		}
-		e.rk = o.newRanker(targets)
+		e.rk = o.newRanker(targets, e.held)
 	}
 	return e, nil
 }

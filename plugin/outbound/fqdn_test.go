@@ -11,6 +11,7 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/coredns/coredns/request"
+	"github.com/coresteer/coresteer/plugin/pkg/health"
 
 	"github.com/miekg/dns"
 )
@@ -103,4 +104,38 @@ func TestPublishedTargetHealth(t *testing.T) {
 	if r1.queries.Load() != 0 || r2.queries.Load() != 5 {
 		t.Errorf("P-4: unhealthy destination got %d queries, healthy %d", r1.queries.Load(), r2.queries.Load())
 	}
+}
+
+// P-4 for FQDN targets: a resolved address whose state a pschealth destination publishes as
+// unhealthy is ranked last; the board entries are released at shutdown.
+func TestFQDNTargetHealth(t *testing.T) {
+	r1 := startResolver(t, "127.0.0.31")
+	r2 := startResolverPort(t, "127.0.0.32", r1.port())
+	o := newHandler(t, "outbound example. {\nto resolvers.corp:"+r1.port()+"\nprivate 127.0.0.0/8\n}")
+	board := health.NewBoard(time.Now)
+	o.board = board
+	dest := board.Acquire(health.Key{Addr: netip.MustParseAddr("127.0.0.31")})
+	board.Publish(dest)
+	board.Set(dest, health.Unhealthy, "test")
+	o.lookup = func(ctx context.Context, state request.Request, name string) (*dns.Msg, error) {
+		m := new(dns.Msg)
+		m.SetQuestion(name, dns.TypeA)
+		for _, a := range []string{"127.0.0.31", "127.0.0.32"} {
+			m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: net.ParseIP(a)})
+		}
+		return m, nil
+	}
+	for range 5 {
+		m := new(dns.Msg)
+		m.SetQuestion("h.example.", dns.TypeA)
+		serve(t, o, m)
+	}
+	if r1.queries.Load() != 0 || r2.queries.Load() != 5 {
+		t.Errorf("P-4: unhealthy resolved target got %d queries, healthy one %d", r1.queries.Load(), r2.queries.Load())
+	}
+	o.stop()
+	if board.Lookup(health.Key{Addr: netip.MustParseAddr("127.0.0.32")}) != nil {
+		t.Errorf("board entry of a resolved target not released at shutdown")
+	}
+	board.Release(dest)
 }

@@ -135,7 +135,7 @@ func (o *Outbound) bind(reg *registry) error {
 				o.held[t.Addr()] = o.board.Acquire(health.Key{Addr: t.Addr()})
 			}
 		}
-		o.rk = o.newRanker(o.targets)
+		o.rk = o.newRanker(o.targets, o.held)
 	} else {
 		o.fq = newFQDNCache(o.loc.Table.Len())
 	}
@@ -143,7 +143,8 @@ func (o *Outbound) bind(reg *registry) error {
 }
 
 // newRanker builds the candidate set of every endpoint towards every target.
-func (o *Outbound) newRanker(targets []netip.AddrPort) *ranker {
+// held gives the board entry of each target address (P-4); a missing one is unchecked.
+func (o *Outbound) newRanker(targets []netip.AddrPort, held map[netip.Addr]*health.Target) *ranker {
 	pairs := make([]*pair, 0, len(o.endpoints)*len(targets))
 	regions := make([]region.ID, 0, cap(pairs))
 	health := make([]*health.Target, 0, cap(pairs))
@@ -155,7 +156,7 @@ func (o *Outbound) newRanker(targets []netip.AddrPort) *ranker {
 		for _, t := range targets {
 			pairs = append(pairs, e.pair(t))
 			regions = append(regions, id)
-			health = append(health, o.held[t.Addr()])
+			health = append(health, held[t.Addr()])
 		}
 	}
 	rk := newRanker(pairs, regions, o.loc.Table, o.now)
@@ -181,6 +182,13 @@ func (o *Outbound) stop() {
 	for a, t := range o.held {
 		o.board.Release(t)
 		delete(o.held, a)
+	}
+	if o.fq != nil {
+		for i := range o.fq.slots {
+			if e := o.fq.slots[i].Swap(nil); e != nil {
+				o.releaseHeld(e.held)
+			}
+		}
 	}
 }
 
