@@ -1,6 +1,7 @@
 package outbound
 
 import (
+	"errors"
 	"sync"
 	"time"
 
@@ -92,6 +93,9 @@ func (o *Outbound) explore() {
 			r, _, _, err := p.up.exchange(w, q, o.forceTCP, time.Now().Add(min(probeTimeout, o.timeout)))
 			ok := err == nil && r.Rcode != dns.RcodeServerFailure && r.Rcode != dns.RcodeRefused
 			probeCount.WithLabelValues(p.ep.Name, p.dstStr, boolString(ok)).Inc()
+			if errors.Is(err, errClosed) {
+				return
+			}
 			if _, recovered := p.record(o.now(), ok, time.Since(start)); recovered {
 				recoveryCount.WithLabelValues(p.ep.Name, p.dstStr).Inc()
 			}

@@ -151,3 +151,22 @@ func TestZonesAndForwards(t *testing.T) {
 		t.Errorf("Forwards is wrong")
 	}
 }
+
+// Sockets closed by this instance's shutdown are not a path failure: ranking state, which
+// outlives the instance, is not touched.
+func TestClosedTransportNotRecorded(t *testing.T) {
+	r := startResolver(t, "127.0.0.50")
+	o := newHandler(t, "outbound example. {\nto "+r.addr+"\nprivate 127.0.0.0/8\n}")
+	p := o.rk.pairs[0]
+	p.up.close()
+	m := new(dns.Msg)
+	m.SetQuestion("closed.example.", dns.TypeA)
+	rec := dnstest.NewRecorder(&test.ResponseWriter{})
+	o.ServeDNS(context.Background(), rec, m)
+	if rec.Msg == nil || rec.Msg.Rcode != dns.RcodeServerFailure {
+		t.Fatalf("closed transport: %v", rec.Msg)
+	}
+	if _, _, _, consec := p.stats(time.Now()); consec != 0 {
+		t.Errorf("a closed socket pool was recorded as %d path failures", consec)
+	}
+}

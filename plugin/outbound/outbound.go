@@ -317,9 +317,12 @@ func (o *Outbound) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 		}
 		requestCount.WithLabelValues(server, zone, p.ep.Name, p.dstStr, rc).Inc()
 		requestDuration.WithLabelValues(server, zone, p.ep.Name).Observe(rtt.Seconds())
-		_, recovered := p.record(o.now(), ok, rtt)
-		if recovered {
-			recoveryCount.WithLabelValues(p.ep.Name, p.dstStr).Inc()
+		// A socket pool closed under us (this instance is shutting down after a reload) says
+		// nothing about the path: the outcome is not recorded, since ranking state outlives us.
+		if !errors.Is(err, errClosed) {
+			if _, recovered := p.record(o.now(), ok, rtt); recovered {
+				recoveryCount.WithLabelValues(p.ep.Name, p.dstStr).Inc()
+			}
 		}
 		if !ok {
 			failedEP[nTried-1] = p.ep
