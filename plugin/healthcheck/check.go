@@ -67,7 +67,8 @@ type Check struct {
 	Regions            []Region
 	ProbersPerRegion   int
 	TLSVerify          bool
-	// Log is set from the block's log property: state changes of this check's targets are logged.
+	// Log is set from the block's log property: every failed probe round is logged (state
+	// changes always are).
 	Log bool
 }
 

@@ -147,9 +147,7 @@ func (h *HealthCheck) derive(v *vipState) {
 		old := v.vip.Status()
 		if h.board.Set(v.vip, st, reason) {
 			transitions.WithLabelValues("", st.String()).Inc()
-			if h.cfg.log {
-				log.Infof("Loadbalancer %s: %s -> %s (%s)", v.lb.VIP, old.State, st, reason)
-			}
+			log.Infof("Loadbalancer %s: %s -> %s (%s)", v.lb.VIP, old.State, st, reason)
 		}
 	}
 	targetState.WithLabelValues("", v.lb.VIP.String()).Set(float64(v.vip.State()))

@@ -61,15 +61,15 @@ func TestStateChangeLogHC7(t *testing.T) {
 		waitRounds(t, r, 3)
 		r.detach(p, bt)
 		r.release(p, run)
-		lines := strings.Count(logs.String(), "plugin/healthcheck: Check logged")
-		if !on {
-			if lines != 0 {
-				t.Fatalf("log off: %d lines:\n%s", lines, logs)
-			}
-			continue
-		}
+		// HC-7: state changes are logged whether log is on or not; log adds every failed round.
+		lines := strings.Count(logs.String(), "plugin/healthcheck: Check logged target 127.0.0.1:80: ") -
+			strings.Count(logs.String(), "probe round failed")
 		if lines != 2 {
-			t.Fatalf("%d state-change lines, want 2:\n%s", lines, logs)
+			t.Fatalf("log %v: %d state-change lines, want 2:\n%s", on, lines, logs)
+		}
+		failed := strings.Count(logs.String(), "Check logged target 127.0.0.1:80: probe round failed: 0/1 regions healthy")
+		if want := map[bool]int{true: 1, false: 0}[on]; failed != want {
+			t.Fatalf("log %v: %d failed-round lines, want %d:\n%s", on, failed, want, logs)
 		}
 		for _, want := range []string{
 			"Check logged target 127.0.0.1:80: unknown -> healthy (1/1 regions healthy)",

@@ -338,6 +338,10 @@ func (r *Registry) finish(rd *round) {
 	}
 	c := rd.run.check
 	v := aggregate(c, rd.res)
+	if c.Log && v.outcome == failure {
+		// Health-check logging (HC-7 with log): every failed round, with why.
+		log.Infof("Check %s target %s: probe round failed: %s", c.Name, p.key.target, v.reason)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	old := p.streak.state
@@ -359,10 +363,8 @@ func (r *Registry) finish(rd *round) {
 	}
 	p.gauge.Set(float64(now))
 	rd.run.transitions[now].Inc()
-	if c.Log {
-		// HC-7: one line per state change.
-		log.Infof("Check %s target %s: %s -> %s (%s)", c.Name, p.key.target, old, now, reason)
-	}
+	// HC-7: one line per state change, always.
+	log.Infof("Check %s target %s: %s -> %s (%s)", c.Name, p.key.target, old, now, reason)
 }
 
 // acquire returns the probe of target with run's check, creating it with its first round
