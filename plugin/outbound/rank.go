@@ -277,5 +277,33 @@ func (rk *ranker) compute(from region.ID, prev *ranking) *ranking {
 		order[i] = i
 	}
 	sort.Slice(order, func(a, b int) bool { return keys[order[a]].less(keys[order[b]]) })
+	if leader >= 0 && order[0] == leader {
+		// The bonus shields the leader from challengers better by less than a band, never from
+		// one that is as good in both bands and nearer: distance does not fluctuate, so letting it
+		// decide there cannot flap, and a recovered nearer endpoint is preferred again (O-6).
+		raw := rk.rawKey(now, from, leader, keys)
+		for pos, j := range order[1:] {
+			k := keys[j]
+			if k.fail > raw.fail {
+				break
+			}
+			if k.fail == raw.fail && k.lat <= raw.lat && k.dist < raw.dist {
+				copy(order[1:pos+2], order[:pos+1])
+				order[0] = j
+				break
+			}
+		}
+	}
 	return &ranking{order: order, at: now}
+}
+
+// rawKey is the key of the leader without its hysteresis bonus.
+func (rk *ranker) rawKey(now time.Time, from region.ID, i int, keys []key) key {
+	k := keys[i]
+	ratio, lat, _, _ := rk.pairs[i].stats(now)
+	k.fail += failBand(ratio) - failBand(ratio+leaderRatioBonus)
+	if b := latBand(lat); b >= 0 {
+		k.lat = b
+	}
+	return k
 }

@@ -189,3 +189,52 @@ func TestBands(t *testing.T) {
 		t.Errorf("latBand")
 	}
 }
+
+// O-6: after a failover, the recovered nearer endpoint is preferred again once it is as good as
+// the leader in both bands, even though the leader has the hysteresis bonus.
+func TestRankRecoveredNearerWinsDespiteBonus(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(1e9, 0)}
+	rk, tbl := testRanker(t, clk, "europe-west1", "us-east1")
+	from := regionID(t, tbl, "europe-west1")
+	eu, us := rk.pairs[0], rk.pairs[1]
+	for range 100 {
+		eu.record(clk.now(), true, 20*time.Millisecond)
+		us.record(clk.now(), true, 20*time.Millisecond)
+	}
+	eu.record(clk.now(), false, 0)
+	eu.record(clk.now(), false, 0)
+	if first(rk, from) != "us-east1" {
+		t.Fatal("eu not demoted")
+	}
+	clk.advance(2 * time.Second)
+	if first(rk, from) != "us-east1" {
+		t.Fatal("us not leader")
+	}
+	// eu recovers with the same latency as us: without the rule, us's bonus band would keep it.
+	for range 20 {
+		eu.record(clk.now(), true, 20*time.Millisecond)
+		us.record(clk.now(), true, 20*time.Millisecond)
+	}
+	var at time.Duration
+	for s := 1; s <= 120 && at == 0; s++ {
+		clk.advance(time.Second)
+		eu.record(clk.now(), true, 20*time.Millisecond)
+		us.record(clk.now(), true, 20*time.Millisecond)
+		if first(rk, from) == "europe-west1" {
+			at = time.Duration(s) * time.Second
+		}
+	}
+	if at == 0 {
+		t.Fatal("O-6: recovered nearer endpoint with equal latency never preferred again")
+	}
+	t.Logf("preferred again after %v", at)
+	// And it stays: us (leader before) does not take back the lead on equal bands.
+	for range 10 {
+		clk.advance(2 * time.Second)
+		eu.record(clk.now(), true, 20*time.Millisecond)
+		us.record(clk.now(), true, 19*time.Millisecond)
+		if first(rk, from) != "europe-west1" {
+			t.Fatal("flapped back to us")
+		}
+	}
+}
