@@ -3,11 +3,8 @@ package routingpolicy
 import (
 	"fmt"
 	"sort"
-	"strings"
 
 	"github.com/coresteer/coresteer/plugin/pkg/health"
-
-	"github.com/miekg/dns"
 )
 
 // each calls fn for every address of every item of p, the failover backup included.
@@ -113,19 +110,17 @@ func (p *policy) checkDNSSEC() error {
 }
 
 // forwarder is what a forwarding plugin in the same server block (outbound) exposes so a policy
-// on a name it forwards is refused (DESIGN.md section 5).
+// on a name it forwards is refused (DESIGN.md section 5). A name under one of its `except`
+// sub-zones is not forwarded, so a policy there is fine (a geo zone of regional resolvers).
 type forwarder interface {
-	Zones() []string
+	Forwards(name string) bool
 }
 
-// checkForwarded returns an error when a policy record set is inside one of the forwarded zones.
-func (d *data) checkForwarded(zones []string) error {
+// checkForwarded returns an error when a policy record set names something f forwards.
+func (d *data) checkForwarded(f forwarder) error {
 	for _, p := range d.policies {
-		for _, z := range zones {
-			z = strings.ToLower(dns.Fqdn(z))
-			if inZone(p.name, z) {
-				return fmt.Errorf("%s %s: policies are not allowed on zone %s, which outbound forwards", p.kind, p.label, z)
-			}
+		if f.Forwards(p.name) {
+			return fmt.Errorf("%s %s: policies are not allowed on %s, which outbound forwards", p.kind, p.label, p.name)
 		}
 	}
 	return nil

@@ -17,6 +17,7 @@ import (
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 
 	_ "github.com/coresteer/coresteer/plugin/healthcheck"
+	_ "github.com/coresteer/coresteer/plugin/outbound"
 	_ "github.com/coresteer/coresteer/plugin/routingpolicy"
 
 	"github.com/miekg/dns"
@@ -196,6 +197,33 @@ func TestIntegrationCacheWarning(t *testing.T) {
 	})
 	if !strings.Contains(out, "cache is in the server block") {
 		t.Fatalf("no cache warning in %q", out)
+	}
+}
+
+// DESIGN.md section 5: no policies on a zone that outbound forwards; a name under one of its
+// except sub-zones is not forwarded, so a geo record set of regional resolvers may live there.
+func TestIntegrationPolicyOnForwardedZone(t *testing.T) {
+	corefile := func(name string) string {
+		return `example.org:0 {
+	bind 127.0.0.1
+	routingpolicy example.org {
+		region us-east1
+		geo ` + name + ` A 30 "us-east1=10.0.0.53"
+	}
+	outbound corp.example.org {
+		to 127.0.0.53
+		private 127.0.0.0/8
+		except resolvers.corp.example.org
+	}
+}`
+	}
+	if _, err := coretest.New(corefile("db.corp")); err == nil || !strings.Contains(err.Error(), "which outbound forwards") {
+		t.Fatalf("policy on a forwarded name: %v, want an error", err)
+	}
+	s := coretest.Start(t, corefile("resolvers.corp"))
+	r, err := s.Query("resolvers.corp.example.org", dns.TypeA)
+	if err != nil || answerAddrs(r) != "10.0.0.53" {
+		t.Fatalf("policy under except: %v %v", r, err)
 	}
 }
 

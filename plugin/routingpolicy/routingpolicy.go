@@ -156,7 +156,7 @@ func (rp *RoutingPolicy) OnStartup(conf *dnsserver.Config) error {
 			}
 		}
 		if f, ok := conf.Handler("outbound").(forwarder); ok {
-			if err := d.checkForwarded(f.Zones()); err != nil {
+			if err := d.checkForwarded(f); err != nil {
 				d.release(rp.board)
 				rp.started = false
 				return plugin.Error("routingpolicy", err)
