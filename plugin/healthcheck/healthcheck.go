@@ -6,6 +6,7 @@ package healthcheck
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 
 	"github.com/coredns/coredns/plugin"
@@ -23,7 +24,8 @@ type HealthCheck struct {
 	demand *health.Demand
 	group  *group // the blocks of the same Corefile instance
 
-	cur atomic.Pointer[running] // set between OnStartup and OnShutdown
+	cur   atomic.Pointer[running] // set between OnStartup and OnShutdown
+	dynMu sync.Mutex               // orders Probe against OnShutdown
 
 	Next plugin.Handler
 }

@@ -14,6 +14,7 @@ import (
 
 // running is what an instance holds between OnStartup and OnShutdown.
 type running struct {
+	runs     map[string]*checkRun // this block's checks, for probes asked for later (Probe)
 	probes   []binding
 	vips     []*vipState
 	backends map[health.Key]bool // keys whose changes move a VIP
@@ -76,7 +77,7 @@ func (h *HealthCheck) OnStartup() error {
 		runs[ch.Name] = newCheckRun(ch)
 	}
 	h.reg.start()
-	run := &running{backends: make(map[health.Key]bool)}
+	run := &running{runs: runs, backends: make(map[health.Key]bool)}
 	// H-3: the demand of the whole Corefile is deduplicated, and the registry deduplicates
 	// across instances, so each (check, target) has one probe.
 	for _, k := range h.demand.Wanted() {
@@ -120,6 +121,9 @@ func (h *HealthCheck) OnStartup() error {
 		go h.loop(run)
 	}
 	h.cur.Store(run)
+	for name := range runs {
+		h.board.SetProber(name, h)
+	}
 	return nil
 }
 
@@ -155,9 +159,14 @@ func (h *HealthCheck) derive(v *vipState) {
 
 // OnShutdown releases everything OnStartup took; probes no other instance wants stop at once.
 func (h *HealthCheck) OnShutdown() error {
+	h.dynMu.Lock()
 	run := h.cur.Swap(nil)
+	h.dynMu.Unlock()
 	if run == nil {
 		return nil
+	}
+	for name := range run.runs {
+		h.board.ClearProber(name, h)
 	}
 	if run.unsubscribe != nil {
 		run.unsubscribe()

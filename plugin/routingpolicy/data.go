@@ -164,12 +164,13 @@ func (z *zone) finish(now time.Time) error {
 		z.soa = s.rrs
 	} else {
 		// Synthesized SOA: the serial is the load time, so every reload of changed data is a new
-		// version for secondaries and caches.
+		// version for secondaries and caches. Serials are sequence-space arithmetic (RFC 1982):
+		// the low 32 bits of the time are the serial, wrapping is what serials do.
 		soa := &dns.SOA{
 			Hdr:     dns.RR_Header{Name: z.origin, Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: 3600},
 			Ns:      "ns1." + z.origin,
 			Mbox:    "hostmaster." + z.origin,
-			Serial:  uint32(now.Unix()),
+			Serial:  uint32(now.Unix()), //nolint:gosec // RFC 1982 serials wrap by design
 			Refresh: 7200, Retry: 1800, Expire: 1209600, Minttl: 30,
 		}
 		z.soa = []dns.RR{soa}

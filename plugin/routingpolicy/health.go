@@ -51,11 +51,18 @@ func (d *data) wanted() []health.Key {
 // acquire resolves every address of d to its board target: Key{CHECK, ADDR} for an address its
 // record set checks, Key{"", ADDR} for the others, which count as checked when a load-balancer
 // VIP or a pschealth destination publishes them.
+//
+// An address whose record set names a check is also asked of that check's prober, so an address
+// that a file reload adds is probed as the ones known when the Corefile loaded were (those are
+// probed already: asking again only adds a reference, H-3).
 func (d *data) acquire(b *health.Board) {
 	for _, p := range d.policies {
 		p.each(func(a *addr) {
 			if a.hasKey {
 				a.t = b.Acquire(a.key)
+			}
+			if a.explicit {
+				a.unprobe, _ = b.Probe(a.key)
 			}
 		})
 	}
@@ -65,6 +72,9 @@ func (d *data) acquire(b *health.Board) {
 func (d *data) release(b *health.Board) {
 	for _, p := range d.policies {
 		p.each(func(a *addr) {
+			if a.unprobe != nil {
+				a.unprobe()
+			}
 			if a.t != nil {
 				b.Release(a.t)
 			}

@@ -200,6 +200,78 @@ func TestIntegrationCacheWarning(t *testing.T) {
 	}
 }
 
+// An address that a record-set file reload adds to a health-checked policy is probed like the ones
+// known at load time (H-3 through the board's prober), not served unchecked: a new address whose
+// backend is down leaves the answers after its first failed probe (R-WRR-4).
+func TestIntegrationFileReloadProbesNewAddress(t *testing.T) {
+	_, _, port := listenPair(t, "127.0.0.31", "127.0.0.32")
+	// 127.0.0.33 listens on nothing: its probes fail.
+	file := filepath.Join(t.TempDir(), "rrsets.json")
+	write := func(addrs ...string) {
+		t.Helper()
+		var items []string
+		for _, a := range addrs {
+			items = append(items, fmt.Sprintf(`{"weight": 1, "rrdatas": [%q]}`, a))
+		}
+		body := `[{"name": "www.example.org.", "type": "A", "ttl": 30, "routingPolicy": {"healthCheck": "web",
+			"wrr": {"items": [` + strings.Join(items, ",") + `]}}}]`
+		// Rewrite with a new size and time so the reload sees the change.
+		if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		later := time.Now().Add(time.Duration(len(addrs)) * time.Second)
+		if err := os.Chtimes(file, later, later); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("127.0.0.31", "127.0.0.32")
+	s := coretest.Start(t, fmt.Sprintf(`example.org:0 {
+	bind 127.0.0.1
+	healthcheck {
+		check web {
+			protocol tcp
+			port %d
+			interval 1s
+			timeout 500ms
+			healthy_threshold 1
+			unhealthy_threshold 1
+		}
+	}
+	routingpolicy {
+		recordsets %s
+		reload 1s
+	}
+}`, port, file))
+
+	served := func(n int) map[string]int {
+		out := map[string]int{}
+		for range n {
+			m, err := s.Query("www.example.org.", dns.TypeA)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[answerAddrs(m)]++
+		}
+		return out
+	}
+	write("127.0.0.31", "127.0.0.32", "127.0.0.33")
+	// First the reload shows the new address (served while unknown, H-2), then its probe fails.
+	deadline := time.Now().Add(20 * time.Second)
+	for sawNew := false; ; {
+		got := served(100)
+		if got["127.0.0.33"] > 0 {
+			sawNew = true
+		}
+		if sawNew && got["127.0.0.33"] == 0 && got["127.0.0.31"] > 0 && got["127.0.0.32"] > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("20s after the reload added a dead address: %v (reloaded: %v)", got, sawNew)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // DESIGN.md section 5: no policies on a zone that outbound forwards; a name under one of its
 // except sub-zones is not forwarded, so a geo record set of regional resolvers may live there.
 func TestIntegrationPolicyOnForwardedZone(t *testing.T) {

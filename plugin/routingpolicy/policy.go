@@ -1,7 +1,9 @@
 package routingpolicy
 
 import (
+	"math"
 	"math/bits"
+	"strings"
 	"sync/atomic"
 
 	"github.com/coresteer/coresteer/plugin/pkg/health"
@@ -46,6 +48,7 @@ type addr struct {
 	hasKey   bool
 	explicit bool
 	t        *health.Target // set by acquire; nil means always healthy
+	unprobe  func()         // set by acquire for an explicit check: gives the probe demand back
 }
 
 // checked reports whether the address is health-checked: its record set names a check, or
@@ -105,16 +108,17 @@ func (it *item) appendRRs(dst []dns.RR, all bool, rnd func() uint64) []dns.RR {
 
 func shuffle(s []dns.RR, rnd func() uint64) {
 	for i := len(s) - 1; i > 0; i-- {
-		j := int(below(rnd(), uint64(i+1)))
+		j := below(rnd(), i+1)
 		s[i], s[j] = s[j], s[i]
 	}
 }
 
-// below maps a uniform 64-bit value to [0, n) (Lemire's multiply-high; the bias is below 2^-50
-// for the sizes we use).
-func below(r, n uint64) uint64 {
-	hi, _ := bits.Mul64(r, n)
-	return hi
+// below maps a uniform 64-bit value to [0, n) for n > 0 (Lemire's multiply-high; the bias is
+// below 2^-50 for the sizes we use). n is a length or count, so it is never negative, and the
+// result is below n, so it fits in an int; below runs on every query, hence no runtime checks.
+func below(r uint64, n int) int {
+	hi, _ := bits.Mul64(r, uint64(n)) //nolint:gosec // n is a length or count, never negative
+	return int(hi)                    //nolint:gosec // hi < n, which is an int
 }
 
 // unit maps a uniform 64-bit value to [0, 1).
@@ -239,7 +243,7 @@ func (p *policy) drawWeighted(ok []bool, total float64, rnd func() uint64) *item
 }
 
 func (p *policy) drawEven(ok []bool, n int, rnd func() uint64) *item {
-	k := int(below(rnd(), uint64(n)))
+	k := below(rnd(), n)
 	last := -1
 	for i := range p.items {
 		if !ok[i] || p.items[i].weight > 0 && n != len(p.items) {
@@ -310,14 +314,25 @@ func (p *policy) pickFailover(s *source, rnd func() uint64) (*item, bool, outcom
 	return primary, true, outcome{failOpen: true}
 }
 
+// itemIndex converts the index of an item of a policy to the uint8 stored in p.nearest. Parsing
+// allows at most maxItems items, so it always fits; this runs at load time only.
+func itemIndex(i int) uint8 {
+	if i < 0 || i > math.MaxUint8 {
+		panic("routingpolicy: item index out of range")
+	}
+	return uint8(i)
+}
+
 // buildNearest fills p.nearest from the locations of its items.
 func (p *policy) buildNearest(t *region.Table, cache map[string][][]uint8) {
-	key := ""
 	locs := make([]region.ID, len(p.items))
+	var kb strings.Builder
 	for i := range p.items {
 		locs[i] = p.items[i].loc
-		key += p.items[i].label + ";"
+		kb.WriteString(p.items[i].label)
+		kb.WriteByte(';')
 	}
+	key := kb.String()
 	if n, ok := cache[key]; ok {
 		p.nearest = n
 		return
@@ -330,12 +345,12 @@ func (p *policy) buildNearest(t *region.Table, cache map[string][][]uint8) {
 		// region has the same coordinates.
 		for _, i := range order {
 			if locs[i] == region.ID(id) {
-				row = append(row, uint8(i))
+				row = append(row, itemIndex(i))
 			}
 		}
 		for _, i := range order {
 			if locs[i] != region.ID(id) {
-				row = append(row, uint8(i))
+				row = append(row, itemIndex(i))
 			}
 		}
 		n[id+1] = row

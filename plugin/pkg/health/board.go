@@ -116,6 +116,7 @@ type Board struct {
 
 	mu      sync.RWMutex
 	targets map[Key]*Target
+	probers map[string]Prober
 
 	// subs is replaced, never changed in place, so notify reads it without a lock and a
 	// subscriber may itself write the board.

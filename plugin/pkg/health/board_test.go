@@ -291,3 +291,35 @@ func BenchmarkLookup(b *testing.B) {
 		}
 	}
 }
+
+type countingProber struct{ wanted map[Key]int }
+
+func (p *countingProber) Probe(k Key) func() {
+	p.wanted[k]++
+	return func() { p.wanted[k]-- }
+}
+
+func TestProberRegistry(t *testing.T) {
+	b, _ := newTestBoard()
+	k := Key{Check: "web", Addr: addr1}
+	if rel, ok := b.Probe(k); ok {
+		rel()
+		t.Fatal("a check without a prober was probed")
+	}
+	old, next := &countingProber{wanted: map[Key]int{}}, &countingProber{wanted: map[Key]int{}}
+	b.SetProber("web", old)
+	b.SetProber("web", next) // a reload's new instance takes over
+	b.ClearProber("web", old)
+	rel, ok := b.Probe(k)
+	if !ok || next.wanted[k] != 1 || old.wanted[k] != 0 {
+		t.Fatalf("probe went to the wrong prober: ok=%v old=%v new=%v", ok, old.wanted, next.wanted)
+	}
+	rel()
+	if next.wanted[k] != 0 {
+		t.Fatal("release did not give the demand back")
+	}
+	b.ClearProber("web", next)
+	if _, ok := b.Probe(k); ok {
+		t.Fatal("a cleared prober still probes")
+	}
+}
