@@ -25,7 +25,7 @@ type HealthCheck struct {
 	group  *group // the blocks of the same Corefile instance
 
 	cur   atomic.Pointer[running] // set between OnStartup and OnShutdown
-	dynMu sync.Mutex               // orders Probe against OnShutdown
+	dynMu sync.Mutex              // orders Probe against OnShutdown
 
 	Next plugin.Handler
 }
