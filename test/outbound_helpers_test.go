@@ -279,9 +279,7 @@ func obStartLoad(s *coretest.Server, from, prefix, zone string, workers int, pac
 	l := &obLoad{done: make(chan struct{})}
 	end := time.Now().Add(maxDuration)
 	for w := range workers {
-		l.wg.Add(1)
-		go func() {
-			defer l.wg.Done()
+		l.wg.Go(func() {
 			for i := 0; time.Now().Before(end); i++ {
 				select {
 				case <-l.done:
@@ -304,7 +302,7 @@ func obStartLoad(s *coretest.Server, from, prefix, zone string, workers int, pac
 				case <-time.After(pace):
 				}
 			}
-		}()
+		})
 	}
 	return l
 }

@@ -88,9 +88,7 @@ func TestFailoverUnderLoad(t *testing.T) {
 	var wg sync.WaitGroup
 	start := time.Now()
 	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for i := range perWorker {
 				t0 := time.Now()
 				m, err := s.QueryFrom("127.0.1.1", fmt.Sprintf("w%d-%d.example.", w, i), dns.TypeA)
@@ -114,7 +112,7 @@ func TestFailoverUnderLoad(t *testing.T) {
 					time.Sleep(d)
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	t.Logf("failover under load: %d queries in %v, %d failed, %d slower than 100ms, slowest %v; eu %d, us %d",
@@ -160,7 +158,7 @@ func TestDNSPerf(t *testing.T) {
 		if err != nil {
 			t.Fatalf("dnsperf: %v\n%s", err, out)
 		}
-		for _, l := range strings.Split(string(out), "\n") {
+		for l := range strings.SplitSeq(string(out), "\n") {
 			if strings.Contains(l, "Queries per second") || strings.Contains(l, "Queries lost") || strings.Contains(l, "Average Latency") {
 				t.Logf("%s: %s", cfg.name, strings.TrimSpace(l))
 			}

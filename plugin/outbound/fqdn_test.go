@@ -25,7 +25,7 @@ func TestFQDNCacheAndRefresh(t *testing.T) {
 	o.now = clk.now
 	var lookups atomic.Int64
 	var fail atomic.Bool
-	o.lookup = func(ctx context.Context, state request.Request, name string) (*dns.Msg, error) {
+	o.lookup = func(_ context.Context, _ request.Request, name string) (*dns.Msg, error) {
 		lookups.Add(1)
 		m := new(dns.Msg)
 		m.SetQuestion(name, dns.TypeA)
@@ -117,7 +117,7 @@ func TestFQDNTargetHealth(t *testing.T) {
 	dest := board.Acquire(health.Key{Addr: netip.MustParseAddr("127.0.0.31")})
 	board.Publish(dest)
 	board.Set(dest, health.Unhealthy, "test")
-	o.lookup = func(ctx context.Context, state request.Request, name string) (*dns.Msg, error) {
+	o.lookup = func(_ context.Context, _ request.Request, name string) (*dns.Msg, error) {
 		m := new(dns.Msg)
 		m.SetQuestion(name, dns.TypeA)
 		for _, a := range []string{"127.0.0.31", "127.0.0.32"} {

@@ -20,7 +20,7 @@ func FuzzParse(f *testing.F) {
 	} {
 		f.Add(s)
 	}
-	f.Fuzz(func(t *testing.T, in string) {
+	f.Fuzz(func(_ *testing.T, in string) {
 		parse(caddy.NewTestController("dns", in)) // must not panic
 	})
 }
@@ -39,7 +39,7 @@ func FuzzServeDNS(f *testing.F) {
 	m.SetEdns0(4096, true)
 	b, _ := m.Pack()
 	f.Add(b)
-	f.Fuzz(func(t *testing.T, wire []byte) {
+	f.Fuzz(func(_ *testing.T, wire []byte) {
 		m := new(dns.Msg)
 		if err := m.Unpack(wire); err != nil {
 			return

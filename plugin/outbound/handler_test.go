@@ -15,23 +15,23 @@ import (
 )
 
 // newHandler parses and binds an outbound block outside a server, for handler tests.
-func newHandler(t testing.TB, block string) *Outbound {
-	t.Helper()
+func newHandler(tb testing.TB, block string) *Outbound {
+	tb.Helper()
 	o, err := parse(caddy.NewTestController("dns", block))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	reg := &registry{byName: map[string]*Endpoint{}, byRegion: map[string]int{}}
 	for _, e := range o.declared {
 		if err := reg.declare(e); err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 	}
 	if err := o.bind(reg); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	o.Next = test.ErrorHandler()
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		o.stop()
 		reg.close()
 	})
@@ -72,13 +72,11 @@ func TestMaxConcurrent(t *testing.T) {
 	r.setDelay(300 * time.Millisecond)
 	o := newHandler(t, "outbound example. {\nto "+r.addr+"\nprivate 127.0.0.0/8\nmax_concurrent 1\n}")
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	wg.Go(func() {
 		m := new(dns.Msg)
 		m.SetQuestion("slow.example.", dns.TypeA)
 		o.ServeDNS(context.Background(), dnstest.NewRecorder(&test.ResponseWriter{}), m)
-	}()
+	})
 	deadline := time.Now().Add(5 * time.Second)
 	for r.queries.Load() == 0 {
 		if time.Now().After(deadline) {

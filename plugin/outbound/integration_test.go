@@ -96,11 +96,12 @@ spoke.:` + port + ` {
 // O-9: an endpoint named in two blocks is one object with one ranking state per target.
 func TestSharedEndpointState(t *testing.T) {
 	reg := &registry{byName: map[string]*Endpoint{}, byRegion: map[string]int{}}
-	var os []*Outbound
-	for _, in := range []string{
+	blocks := []string{
 		"outbound a.example {\nto 10.0.0.53\nendpoint hub europe-west1 127.0.0.23\n}",
 		"outbound b.example {\nto 10.0.0.53\nendpoint hub\n}",
-	} {
+	}
+	os := make([]*Outbound, 0, len(blocks))
+	for _, in := range blocks {
 		o, err := parse(caddy.NewTestController("dns", in))
 		if err != nil {
 			t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -366,14 +367,7 @@ func pick(order []int, pairs []*pair, tried []int, failed []*Endpoint) int {
 		if first < 0 {
 			first = i
 		}
-		ok := true
-		for _, e := range failed {
-			if e == pairs[i].ep {
-				ok = false
-				break
-			}
-		}
-		if ok {
+		if !slices.Contains(failed, pairs[i].ep) {
 			return i
 		}
 	}
@@ -390,12 +384,7 @@ func indexOf(s []int, x int) int {
 }
 
 func contains(s []int, x int) bool {
-	for _, y := range s {
-		if y == x {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(s, x)
 }
 
 // attemptDeadline gives one attempt its share of the query's deadline.
@@ -438,7 +427,7 @@ func rankString(n int) string {
 	if n < len(smallInts) {
 		return smallInts[n]
 	}
-	return fmt.Sprint(n)
+	return strconv.Itoa(n)
 }
 
 var smallInts = []string{"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"}
@@ -447,5 +436,5 @@ func rcodeString(rc int) string {
 	if s, ok := dns.RcodeToString[rc]; ok {
 		return s
 	}
-	return fmt.Sprint(rc)
+	return strconv.Itoa(rc)
 }

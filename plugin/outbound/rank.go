@@ -281,7 +281,7 @@ func (rk *ranker) compute(from region.ID, prev *ranking) *ranking {
 		// The bonus shields the leader from challengers better by less than a band, never from
 		// one that is as good in both bands and nearer: distance does not fluctuate, so letting it
 		// decide there cannot flap, and a recovered nearer endpoint is preferred again (O-6).
-		raw := rk.rawKey(now, from, leader, keys)
+		raw := rk.rawKey(now, leader, keys)
 		for pos, j := range order[1:] {
 			k := keys[j]
 			if k.fail > raw.fail {
@@ -298,7 +298,7 @@ func (rk *ranker) compute(from region.ID, prev *ranking) *ranking {
 }
 
 // rawKey is the key of the leader without its hysteresis bonus.
-func (rk *ranker) rawKey(now time.Time, from region.ID, i int, keys []key) key {
+func (rk *ranker) rawKey(now time.Time, i int, keys []key) key {
 	k := keys[i]
 	ratio, lat, _, _ := rk.pairs[i].stats(now)
 	k.fail += failBand(ratio) - failBand(ratio+leaderRatioBonus)

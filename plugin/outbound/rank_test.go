@@ -17,8 +17,8 @@ func (c *fakeClock) advance(d time.Duration) { c.t = c.t.Add(d) }
 func testRanker(t *testing.T, clk *fakeClock, regions ...string) (*ranker, *region.Table) {
 	t.Helper()
 	tbl := region.NewTable(nil)
-	var pairs []*pair
-	var ids []region.ID
+	pairs := make([]*pair, 0, len(regions))
+	ids := make([]region.ID, 0, len(regions))
 	target := netip.MustParseAddrPort("10.0.0.53:53")
 	for i, r := range regions {
 		id, err := tbl.Resolve(r)
@@ -36,6 +36,7 @@ func testRanker(t *testing.T, clk *fakeClock, regions ...string) (*ranker, *regi
 func first(rk *ranker, from region.ID) string { return rk.pairs[rk.order(from).order[0]].ep.Name }
 
 func regionID(t *testing.T, tbl *region.Table, name string) region.ID {
+	t.Helper()
 	id, err := tbl.Resolve(name)
 	if err != nil {
 		t.Fatal(err)

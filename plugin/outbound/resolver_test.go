@@ -1,6 +1,7 @@
 package outbound
 
 import (
+	"maps"
 	"net"
 	"net/netip"
 	"sync"
@@ -63,11 +64,14 @@ func (r *resolver) undrop(src netip.Addr) {
 }
 
 // startResolver starts a resolver on ip (a 127.x.y.z address) at a free port shared by UDP and TCP.
-func startResolver(t testing.TB, ip string) *resolver { return startResolverPort(t, ip, "0") }
+func startResolver(tb testing.TB, ip string) *resolver {
+	tb.Helper()
+	return startResolverPort(tb, ip, "0")
+}
 
 // startResolverPort starts a resolver on ip:port (port "0": a free one).
-func startResolverPort(t testing.TB, ip, port string) *resolver {
-	t.Helper()
+func startResolverPort(tb testing.TB, ip, port string) *resolver {
+	tb.Helper()
 	r := &resolver{sources: map[netip.Addr]int{}, dropped: map[netip.Addr]bool{}, slow: map[netip.Addr]time.Duration{}, answer: net.ParseIP("192.0.2.1")}
 	var pc net.PacketConn
 	var l net.Listener
@@ -75,7 +79,7 @@ func startResolverPort(t testing.TB, ip, port string) *resolver {
 	for range 20 {
 		pc, err = net.ListenPacket("udp", net.JoinHostPort(ip, port))
 		if err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 		l, err = net.Listen("tcp", pc.LocalAddr().String())
 		if err == nil {
@@ -84,7 +88,7 @@ func startResolverPort(t testing.TB, ip, port string) *resolver {
 		pc.Close()
 	}
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	r.addr = pc.LocalAddr().String()
 	r.udp = &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(r.serve)}
@@ -96,7 +100,7 @@ func startResolverPort(t testing.TB, ip, port string) *resolver {
 	go r.udp.ActivateAndServe()
 	go r.tcp.ActivateAndServe()
 	wg.Wait()
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		r.udp.Shutdown()
 		r.tcp.Shutdown()
 	})
@@ -120,9 +124,7 @@ func (r *resolver) sourceSet() map[netip.Addr]int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := map[netip.Addr]int{}
-	for k, v := range r.sources {
-		out[k] = v
-	}
+	maps.Copy(out, r.sources)
 	return out
 }
 

@@ -20,10 +20,10 @@ import (
 func BenchmarkEvaluate(b *testing.B) {
 	var sb strings.Builder
 	sb.WriteString("pschealth {\n")
-	for c := 0; c < 10; c++ {
-		for s := 0; s < 2; s++ {
+	for c := range 10 {
+		for s := range 2 {
 			fmt.Fprintf(&sb, "source s%d-%d {\ncheck web\nbackends", c, s)
-			for i := 0; i < 500; i++ {
+			for i := range 500 {
 				fmt.Fprintf(&sb, " 10.%d.%d.%d", c, s*2+i/250, i%250+1)
 			}
 			sb.WriteString("\n}\n")
@@ -42,8 +42,7 @@ func BenchmarkEvaluate(b *testing.B) {
 	}
 	defer p.OnShutdown()
 	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
+	for b.Loop() {
 		p.evaluate() // the loop is idle: nothing changes on the board
 	}
 }
@@ -66,8 +65,7 @@ func BenchmarkPropagation(b *testing.B) {
 	}
 	defer p.OnShutdown()
 	states := [2]health.State{health.Unhealthy, health.Healthy}
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
+	for i := 0; b.Loop(); i++ {
 		s := states[i%2]
 		board.Set(backend, s, "bench")
 		for dest.State() != s {

@@ -37,7 +37,7 @@ func newBackend(t *testing.T, ip string) *backend {
 		t.Fatalf("listen on %s: %v", ip, err)
 	}
 	b := &backend{addr: ln.Addr().String()}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		if b.broken.Load() {
 			http.Error(w, "broken", http.StatusServiceUnavailable)
 			return
@@ -59,6 +59,7 @@ type region struct {
 }
 
 func newRegion(t *testing.T, name string, octet int) *region {
+	t.Helper()
 	r := &region{name: name, dest: fmt.Sprintf("127.0.9.%d", octet), composite: "svc-" + name}
 	r.destKey = health.Key{Addr: netip.MustParseAddr(r.dest)}
 	for i := 1; i <= 2; i++ {
@@ -69,7 +70,7 @@ func newRegion(t *testing.T, name string, octet int) *region {
 }
 
 func addrs(bs []*backend) string {
-	var out []string
+	out := make([]string, 0, len(bs))
 	for _, b := range bs {
 		out = append(out, b.addr)
 	}
@@ -144,7 +145,7 @@ func (l *logBuffer) count(substrs ...string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := 0
-	for _, line := range strings.Split(l.b.String(), "\n") {
+	for line := range strings.SplitSeq(l.b.String(), "\n") {
 		all := true
 		for _, s := range substrs {
 			all = all && strings.Contains(line, s)
@@ -157,6 +158,7 @@ func (l *logBuffer) count(substrs ...string) int {
 }
 
 func captureLog(t *testing.T) *logBuffer {
+	t.Helper()
 	l := &logBuffer{}
 	golog.SetOutput(l)
 	t.Cleanup(func() { golog.SetOutput(os.Stderr) })
@@ -234,6 +236,7 @@ func answers(t *testing.T, s *coretest.Server, name string) string {
 
 // servedBy reports whether both record sets answer with dest.
 func servedBy(t *testing.T, s *coretest.Server, dest string) bool {
+	t.Helper()
 	return answers(t, s, "fo.example.org.") == dest && answers(t, s, "geo.example.org.") == dest
 }
 

@@ -36,7 +36,7 @@ func TestNoGoroutineLeak(t *testing.T) {
 	if err := cur.OnStartup(); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < 20; i++ {
+	for i := range 20 {
 		next := New(config(t, ""), b)
 		if err := next.OnStartup(); err != nil {
 			t.Fatal(err)

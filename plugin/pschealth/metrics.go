@@ -1,6 +1,7 @@
 package pschealth
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/coredns/coredns/plugin"
@@ -104,7 +105,7 @@ type stateGauges [3]prometheus.Gauge
 func newStateGauges(vec *prometheus.GaugeVec, labels ...string) stateGauges {
 	var g stateGauges
 	for i, s := range states {
-		g[i] = vec.WithLabelValues(append(labels[:len(labels):len(labels)], s)...)
+		g[i] = vec.WithLabelValues(append(slices.Clip(labels), s)...)
 	}
 	return g
 }

@@ -44,10 +44,10 @@ func corefileBlocks(md string) []string {
 	var out []string
 	var cur []string
 	in := false
-	for _, l := range strings.Split(md, "\n") {
+	for l := range strings.SplitSeq(md, "\n") {
 		switch {
 		case !in && strings.TrimSpace(l) == "~~~ corefile":
-			in, cur = true, nil
+			in, cur = true, cur[:0] // reused: Join copies the lines
 		case in && strings.TrimSpace(l) == "~~~":
 			in = false
 			out = append(out, strings.Join(cur, "\n"))

@@ -33,7 +33,7 @@ func (s *syncBuffer) lines(substr string) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []string
-	for _, l := range strings.Split(s.b.String(), "\n") {
+	for l := range strings.SplitSeq(s.b.String(), "\n") {
 		if strings.Contains(l, substr) {
 			out = append(out, l)
 		}
@@ -93,6 +93,7 @@ type backends struct {
 }
 
 func newBackends(t *testing.T, b *health.Board) *backends {
+	t.Helper()
 	bs := &backends{b: b, ts: map[string]*health.Target{}}
 	for _, k := range []string{"web/127.0.1.1", "web/127.0.1.2", "web/127.0.1.3", "db/127.0.1.11:5432", "db/127.0.1.12:5432", "web/127.0.2.1", "web/127.0.2.2"} {
 		check, addr, _ := strings.Cut(k, "/")
@@ -127,6 +128,7 @@ func (bs *backends) all(s health.State) {
 
 // consumer plays routingpolicy: it holds the destination like any unchecked address.
 func consumer(t *testing.T, b *health.Board, dest string) *health.Target {
+	t.Helper()
 	tg := b.Acquire(health.Key{Addr: netip.MustParseAddr(dest)})
 	t.Cleanup(func() { b.Release(tg) })
 	return tg

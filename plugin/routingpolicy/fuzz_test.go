@@ -42,7 +42,7 @@ func FuzzRecordSets(f *testing.F) {
 	f.Add([]byte(`{"rrsets": []}`))
 	f.Add([]byte(`- name: x.`))
 	loc := mustLocator(f)
-	f.Fuzz(func(t *testing.T, b []byte) {
+	f.Fuzz(func(_ *testing.T, b []byte) {
 		rrs, sets, _, err := parseRecordSets(b, "fuzz")
 		if err != nil {
 			return
@@ -75,7 +75,7 @@ func FuzzServeDNS(f *testing.F) {
 		b, _ := m.Pack()
 		f.Add(b)
 	}
-	f.Fuzz(func(t *testing.T, b []byte) {
+	f.Fuzz(func(_ *testing.T, b []byte) {
 		m := new(dns.Msg)
 		if m.Unpack(b) != nil || len(m.Question) != 1 {
 			return

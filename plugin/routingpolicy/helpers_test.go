@@ -24,25 +24,25 @@ var fixedNow = time.Unix(1_700_000_000, 0)
 
 // newTest builds a handler from a routingpolicy block, on its own board, with a seeded PRNG,
 // started (targets acquired) and shut down at the end of the test.
-func newTest(t testing.TB, block string) (*RoutingPolicy, *health.Board) {
-	t.Helper()
+func newTest(tb testing.TB, block string) (*RoutingPolicy, *health.Board) {
+	tb.Helper()
 	c := caddy.NewTestController("dns", block)
 	cfgs, err := parse(c)
 	if err != nil {
-		t.Fatalf("parse: %v", err)
+		tb.Fatalf("parse: %v", err)
 	}
 	d, err := cfgs[0].load(fixedNow)
 	if err != nil {
-		t.Fatalf("load: %v", err)
+		tb.Fatalf("load: %v", err)
 	}
 	b := health.NewBoard(func() time.Time { return fixedNow })
 	rp := New(cfgs[0], d)
 	rp.board = b
 	rp.rnd = rand.New(rand.NewPCG(1, 2)).Uint64
 	if err := rp.OnStartup(nil); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { rp.OnShutdown() })
+	tb.Cleanup(func() { rp.OnShutdown() })
 	return rp, b
 }
 
@@ -78,21 +78,21 @@ func set(b *health.Board, check, ip string, s health.State) {
 var published = map[*health.Target]bool{}
 
 // ask sends name/qtype from client to rp and returns the answer.
-func ask(t testing.TB, rp *RoutingPolicy, name string, qtype uint16, client string) *dns.Msg {
-	t.Helper()
+func ask(tb testing.TB, rp *RoutingPolicy, name string, qtype uint16, client string) *dns.Msg {
+	tb.Helper()
 	m := new(dns.Msg)
 	m.SetQuestion(dns.Fqdn(name), qtype)
-	return askMsg(t, rp, m, client)
+	return askMsg(tb, rp, m, client)
 }
 
-func askMsg(t testing.TB, rp *RoutingPolicy, m *dns.Msg, client string) *dns.Msg {
-	t.Helper()
+func askMsg(tb testing.TB, rp *RoutingPolicy, m *dns.Msg, client string) *dns.Msg {
+	tb.Helper()
 	rec := dnstest.NewRecorder(&test.ResponseWriter{RemoteIP: client})
 	if _, err := rp.ServeDNS(context.Background(), rec, m); err != nil {
-		t.Fatalf("ServeDNS: %v", err)
+		tb.Fatalf("ServeDNS: %v", err)
 	}
 	if rec.Msg == nil {
-		t.Fatalf("no answer written")
+		tb.Fatalf("no answer written")
 	}
 	return rec.Msg
 }
@@ -117,11 +117,11 @@ func addrs(m *dns.Msg) string {
 }
 
 // count asks n times and counts the answers by addrs.
-func count(t testing.TB, rp *RoutingPolicy, name string, client string, n int) map[string]int {
-	t.Helper()
+func count(tb testing.TB, rp *RoutingPolicy, name string, client string, n int) map[string]int {
+	tb.Helper()
 	out := map[string]int{}
 	for range n {
-		out[addrs(ask(t, rp, name, dns.TypeA, client))]++
+		out[addrs(ask(tb, rp, name, dns.TypeA, client))]++
 	}
 	return out
 }
@@ -136,11 +136,12 @@ func newRequest(name string) reqState {
 
 type reqState = request.Request
 
-func mustLocator(t testing.TB) *region.Locator {
+func mustLocator(tb testing.TB) *region.Locator {
+	tb.Helper()
 	var c region.Config
 	l, err := c.Build()
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return l
 }

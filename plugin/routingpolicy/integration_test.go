@@ -209,7 +209,7 @@ func TestIntegrationFileReloadProbesNewAddress(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "rrsets.json")
 	write := func(addrs ...string) {
 		t.Helper()
-		var items []string
+		items := make([]string, 0, len(addrs))
 		for _, a := range addrs {
 			items = append(items, fmt.Sprintf(`{"weight": 1, "rrdatas": [%q]}`, a))
 		}

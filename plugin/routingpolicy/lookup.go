@@ -44,7 +44,7 @@ type result struct {
 func (z *zone) lookup(m *dns.Msg, qname string, qtype uint16, src *source, rnd func() uint64, us *[maxChase]used) result {
 	res := result{rcode: dns.RcodeSuccess}
 	name := qname
-	for depth := 0; depth < maxChase; depth++ {
+	for range maxChase {
 		n := z.names[name]
 		if n == nil {
 			if z.ents[name] {
@@ -120,7 +120,7 @@ func (p *policy) maxRRs() int {
 
 // lower returns s in lower case, without allocating when it already is.
 func lower(s string) string {
-	for i := 0; i < len(s); i++ {
+	for i := range len(s) {
 		if c := s[i]; 'A' <= c && c <= 'Z' {
 			b := []byte(s)
 			for j := i; j < len(b); j++ {

@@ -23,10 +23,10 @@ func value(t *testing.T, m prometheus.Metric) float64 {
 	if err := m.Write(&d); err != nil {
 		t.Fatal(err)
 	}
-	if d.Counter != nil {
-		return d.Counter.GetValue()
+	if d.GetCounter() != nil {
+		return d.GetCounter().GetValue()
 	}
-	return d.Gauge.GetValue()
+	return d.GetGauge().GetValue()
 }
 
 func TestMetadata(t *testing.T) {

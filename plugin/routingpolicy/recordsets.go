@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 
@@ -118,12 +119,7 @@ func unknownFields(v any, kind, where string, out *[]string) {
 }
 
 func contains(s []string, v string) bool {
-	for _, e := range s {
-		if e == v {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(s, v)
 }
 
 // parseRecordSets reads a JSON array or YAML list of ResourceRecordSet objects (or an object
