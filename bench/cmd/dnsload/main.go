@@ -14,12 +14,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -192,14 +191,13 @@ func run(o options) error {
 			}
 			return err
 		}
-		socks[i] = &sock{conn: conn, id: uint16(rand.N(65536)), pending: map[uint16]pending{}}
+		socks[i] = &sock{conn: conn, id: uint16(i * 4099), pending: map[uint16]pending{}}
 	}
 
 	start := time.Now()
 	var wg sync.WaitGroup
 	for _, s := range socks {
-		wg.Add(1)
-		go func() { defer wg.Done(); receive(s, c, start, o) }()
+		wg.Go(func() { receive(s, c, o) })
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	sweepDone := make(chan struct{})
@@ -208,17 +206,15 @@ func run(o options) error {
 	var execErr error
 	var execWg sync.WaitGroup
 	if o.at > 0 && o.execCmd != "" {
-		execWg.Add(1)
-		go func() {
-			defer execWg.Done()
+		execWg.Go(func() {
 			t := time.NewTimer(time.Until(start.Add(o.at)))
 			defer t.Stop()
 			<-t.C
-			out, err := exec.Command("/bin/sh", "-c", o.execCmd).CombinedOutput()
+			out, err := exec.Command("/bin/sh", "-c", o.execCmd).CombinedOutput() //nolint:gosec // -exec is the operator's own command, by design
 			if err != nil {
 				execErr = fmt.Errorf("-exec %q: %v: %s", o.execCmd, err, out)
 			}
-		}()
+		})
 	}
 
 	send(socks, qs, c, start, o)
@@ -240,7 +236,7 @@ func run(o options) error {
 	report(os.Stdout, c, o)
 	if o.jsonOut != "" {
 		b, _ := json.Marshal(c.buckets)
-		if err := os.WriteFile(o.jsonOut, b, 0o644); err != nil {
+		if err := os.WriteFile(o.jsonOut, b, 0o600); err != nil {
 			return err
 		}
 	}
@@ -292,7 +288,7 @@ func send(socks []*sock, qs []dns.Question, c *counter, start time.Time, o optio
 	}
 }
 
-func receive(s *sock, c *counter, start time.Time, o options) {
+func receive(s *sock, c *counter, o options) {
 	buf := make([]byte, 65535)
 	m := new(dns.Msg)
 	for {
@@ -393,7 +389,7 @@ func summarize(buckets []Bucket, lat []time.Duration, bucket, at time.Duration, 
 		s.Steady = time.Duration(last+1)*bucket - at
 	}
 	if len(lat) > 0 {
-		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+		slices.Sort(lat)
 		q := func(p float64) time.Duration { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
 		s.P50, s.P99, s.P999 = q(0.50), q(0.99), q(0.999)
 	}

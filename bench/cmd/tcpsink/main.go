@@ -81,9 +81,7 @@ func run(base string, count, port int, httpMode bool, duration time.Duration) er
 	var accepted atomic.Int64
 	var wg sync.WaitGroup
 	for _, l := range ls {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for {
 				c, err := l.Accept()
 				if err != nil {
@@ -99,7 +97,7 @@ func run(base string, count, port int, httpMode bool, duration time.Duration) er
 				}
 				go serveHTTP(c)
 			}
-		}()
+		})
 	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
