@@ -5,6 +5,8 @@ import (
 	"os"
 	"testing"
 
+	"github.com/coresteer/coresteer/plugin/pkg/coretest"
+
 	"go.uber.org/goleak"
 )
 
@@ -19,5 +21,5 @@ func osStderr() io.Writer { return os.Stderr }
 func leakCheck(t *testing.T) {
 	t.Helper()
 	opt := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
+	t.Cleanup(func() { goleak.VerifyNone(t, append(coretest.ServerLoops(), opt)...) })
 }

@@ -33,5 +33,5 @@ func TestReloadNoLeak(t *testing.T) {
 	}
 	mustQuery(t, s, "127.0.1.1", "c.example.")
 	s.Stop()
-	goleak.VerifyNone(t, snapshot)
+	goleak.VerifyNone(t, append(coretest.ServerLoops(), snapshot)...)
 }

@@ -16,13 +16,13 @@ import (
 // TestIntegrationReloadNoLeak reloads a Corefile whose block runs a file reload loop and checks
 // that no goroutine outlives the server, and that the board targets follow the configuration.
 func TestIntegrationReloadNoLeak(t *testing.T) {
-	ignore := goleak.IgnoreCurrent()
+	opts := append(coretest.ServerLoops(), goleak.IgnoreCurrent())
 	defer func() {
 		// Servers stop asynchronously (a UDP reader leaves at its read deadline): poll with a
 		// deadline rather than trusting goleak's one-second retry on a loaded machine.
 		deadline := time.Now().Add(15 * time.Second)
 		for {
-			err := goleak.Find(ignore)
+			err := goleak.Find(opts...)
 			if err == nil {
 				return
 			}

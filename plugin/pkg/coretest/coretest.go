@@ -46,6 +46,12 @@ func New(corefile string) (*Server, error) {
 	dnsserver.Quiet = true
 	inst, err := caddy.Start(input(corefile))
 	if err != nil {
+		// A start that fails after some OnStartup hooks ran leaves what they started (probes,
+		// board entries) behind; the coredns process exits there, a test process goes on, so do
+		// what the exit would: run the shutdown hooks (ours are no-ops when never started).
+		if inst != nil {
+			inst.ShutdownCallbacks()
+		}
 		return nil, err
 	}
 	s := &Server{inst: inst}
