@@ -187,20 +187,19 @@ func (p *PSCHealth) evaluate() {
 			r.states[i] = s.verdict.state
 		}
 		state := Combine(r.states)
-		r.state.set(state.String())
 		if state == health.Unknown {
 			decided = false
 		}
-		old := r.target.State()
-		if old == state {
-			continue
+		if old := r.target.State(); old != state {
+			why := cause(state, r.verdicts)
+			// false: another instance (a reload in progress) wrote it first.
+			if r.board.Set(r.target, state, why) {
+				compositeChanges.WithLabelValues(r.comp.Name, state.String()).Inc()
+				p.logChange(r, old, state, why)
+			}
 		}
-		why := cause(state, r.verdicts)
-		if !r.board.Set(r.target, state, why) {
-			continue // another instance (a reload in progress) wrote it first
-		}
-		compositeChanges.WithLabelValues(r.comp.Name, state.String()).Inc()
-		p.logChange(r, old, state, why)
+		// The gauge last: whoever sees it change sees the board and the log line already written.
+		r.state.set(state.String())
 	}
 	p.ready.Store(decided)
 }
