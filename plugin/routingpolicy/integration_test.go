@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
+	"github.com/coresteer/coresteer/plugin/pkg/health"
 
 	_ "github.com/coresteer/coresteer/plugin/healthcheck"
 	_ "github.com/coresteer/coresteer/plugin/outbound"
@@ -207,14 +208,15 @@ func TestIntegrationFileReloadProbesNewAddress(t *testing.T) {
 	_, _, port := listenPair(t, "127.0.0.31", "127.0.0.32")
 	// 127.0.0.33 listens on nothing: its probes fail.
 	file := filepath.Join(t.TempDir(), "rrsets.json")
-	write := func(addrs ...string) {
+	write := func(marker string, addrs ...string) {
 		t.Helper()
 		items := make([]string, 0, len(addrs))
 		for _, a := range addrs {
 			items = append(items, fmt.Sprintf(`{"weight": 1, "rrdatas": [%q]}`, a))
 		}
 		body := `[{"name": "www.example.org.", "type": "A", "ttl": 30, "routingPolicy": {"healthCheck": "web",
-			"wrr": {"items": [` + strings.Join(items, ",") + `]}}}]`
+			"wrr": {"items": [` + strings.Join(items, ",") + `]}}},
+			{"name": "marker.example.org.", "type": "TXT", "ttl": 30, "rrdatas": ["\"` + marker + `\""]}]`
 		// Rewrite with a new size and time so the reload sees the change.
 		if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
 			t.Fatal(err)
@@ -224,7 +226,7 @@ func TestIntegrationFileReloadProbesNewAddress(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write("127.0.0.31", "127.0.0.32")
+	write("first", "127.0.0.31", "127.0.0.32")
 	s := coretest.Start(t, fmt.Sprintf(`example.org:0 {
 	bind 127.0.0.1
 	healthcheck {
@@ -243,30 +245,40 @@ func TestIntegrationFileReloadProbesNewAddress(t *testing.T) {
 	}
 }`, port, file))
 
-	served := func(n int) map[string]int {
-		out := map[string]int{}
-		for range n {
+	write("second", "127.0.0.31", "127.0.0.32", "127.0.0.33")
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		m, err := s.Query("marker.example.org.", dns.TypeTXT)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m.Answer) == 1 && strings.Contains(m.Answer[0].String(), "second") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the record-set file was not reloaded within 20s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// The new address is probed: its target is published by the check, and once its probe has
+	// failed it leaves the answers.
+	if tg := health.Default.Lookup(health.Key{Check: "web", Addr: mustAddr("127.0.0.33")}); tg == nil || !tg.Checked() {
+		t.Fatalf("the address the reload added is not probed (target %v)", tg)
+	}
+	for {
+		got := map[string]int{}
+		for range 100 {
 			m, err := s.Query("www.example.org.", dns.TypeA)
 			if err != nil {
 				t.Fatal(err)
 			}
-			out[answerAddrs(m)]++
+			got[answerAddrs(m)]++
 		}
-		return out
-	}
-	write("127.0.0.31", "127.0.0.32", "127.0.0.33")
-	// First the reload shows the new address (served while unknown, H-2), then its probe fails.
-	deadline := time.Now().Add(20 * time.Second)
-	for sawNew := false; ; {
-		got := served(100)
-		if got["127.0.0.33"] > 0 {
-			sawNew = true
-		}
-		if sawNew && got["127.0.0.33"] == 0 && got["127.0.0.31"] > 0 && got["127.0.0.32"] > 0 {
+		if got["127.0.0.33"] == 0 && got["127.0.0.31"] > 0 && got["127.0.0.32"] > 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("20s after the reload added a dead address: %v (reloaded: %v)", got, sawNew)
+			t.Fatalf("20s after the reload added a dead address: %v", got)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
