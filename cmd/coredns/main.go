@@ -17,6 +17,12 @@ import (
 
 func main() {
 	chain.Install()
-	caddy.AppVersion = coremain.CoreVersion + " (" + version.String() + ")"
+	setVersion()
 	coremain.Run()
+}
+
+// setVersion makes `coredns -version` print CoreDNS's version and the suite's:
+// "CoreDNS-1.15.0 (coresteer VERSION)".
+func setVersion() {
+	caddy.AppVersion = coremain.CoreVersion + " (" + version.String() + ")"
 }
