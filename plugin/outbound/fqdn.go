@@ -178,7 +178,7 @@ func selfLookup(ctx context.Context, state request.Request, name string) (*dns.M
 		return nil, errors.New("no server to resolve the target through")
 	}
 	req := state.NewWithQuestion(name, dns.TypeA)
-	req.Req.Id = dns.Id()
+	req.Req.Id = newID()
 	nw := nonwriter.New(state.W)
 	srv.ServeDNS(ctx, nw, req.Req)
 	return nw.Msg, nil

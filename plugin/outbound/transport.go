@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"strings"
@@ -153,6 +154,12 @@ func (u *upstream) close() {
 	}
 }
 
+// newID returns a fresh random message ID (O-10). math/rand/v2's generator is ChaCha8 seeded from
+// the operating system, per thread: as unpredictable to a spoofer as dns.Id's crypto/rand, without
+// a reflective binary.Read and a system call on every query (9 % of outbound's CPU in a live
+// profile under dnsperf).
+func newID() uint16 { return uint16(rand.Uint32()) } //nolint:gosec // the low 16 bits of a ChaCha8 draw
+
 // exchange sends wire (a packed query whose ID it overwrites with a fresh random one, O-10) and
 // waits until deadline for the reply whose ID and question match q. Replies that do not match,
 // and garbage, are dropped and the wait goes on. A truncated UDP reply is retried over TCP.
@@ -171,7 +178,7 @@ func (u *upstream) exchangeOnce(wire []byte, q dns.Question, tcp bool, deadline 
 	if err != nil {
 		return nil, 0, err
 	}
-	id := dns.Id()
+	id := newID()
 	binary.BigEndian.PutUint16(wire, id)
 	c.c.SetDeadline(deadline)
 
