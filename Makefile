@@ -10,7 +10,7 @@ GOLANGCI    := $(TOOLS)/golangci-lint
 GOLANGCI_V  := v2.15.0
 TEST_FLAGS  ?= -race -timeout 20m
 
-.PHONY: build run test vet lint unit bench demo clean
+.PHONY: build run test vet lint unit bench bench-go demo clean
 
 ## build: the custom coredns binary, at bin/coredns.
 build:
@@ -36,8 +36,13 @@ lint: $(GOLANGCI)
 $(GOLANGCI):
 	GOBIN=$(TOOLS) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_V)
 
-## bench: the Go benchmarks of every hot path, short.
+## bench: the side-by-side benchmarks, short version (about 8 minutes; installs dnsperf and the
+## peers with apt-get, so it needs root). bench/run is the full run into bench/RESULTS.md.
 bench:
+	bench/run --short --out bench/out/RESULTS-short.md
+
+## bench-go: the Go benchmarks of every hot path, short.
+bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2000x ./...
 
 clean:
