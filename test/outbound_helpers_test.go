@@ -179,27 +179,6 @@ func (r *obResolver) sources(prefix string) map[string]int {
 	return out
 }
 
-// obFreePort returns a port free for UDP and TCP on 127.0.0.1, for Corefiles whose server blocks
-// share one port (views, and an FQDN target resolved through the same server).
-func obFreePort(t *testing.T) string {
-	t.Helper()
-	for range 20 {
-		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, port, _ := net.SplitHostPort(pc.LocalAddr().String())
-		l, err := net.Listen("tcp", "127.0.0.1:"+port)
-		pc.Close()
-		if err == nil {
-			l.Close()
-			return port
-		}
-	}
-	t.Fatal("no free port on 127.0.0.1")
-	return ""
-}
-
 // obCorefile fills the {KEY} placeholders of a Corefile template.
 func obCorefile(tmpl string, kv ...string) string {
 	for i := 0; i+1 < len(kv); i += 2 {

@@ -27,7 +27,7 @@ import (
 func TestScenarioOutboundRegionalResolvers(t *testing.T) {
 	rs := obStartResolvers(t, "127.0.10.1", "127.0.20.1")
 	eu, us := rs[0], rs[1]
-	port := obFreePort(t)
+	port := coretest.FreePort(t)
 	s := coretest.Start(t, obCorefile(`example.com:{PORT} {
 	bind 127.0.0.1
 	routingpolicy {
@@ -158,7 +158,7 @@ func TestScenarioOutboundRegionWithoutEndpoint(t *testing.T) {
 // cut its queries fail rather than leak through the other network's endpoint.
 func TestScenarioOutboundViewIsolation(t *testing.T) {
 	r := obStartResolvers(t, "127.0.40.1")[0]
-	port := obFreePort(t)
+	port := coretest.FreePort(t)
 	s := coretest.Start(t, obCorefile(`corp.internal:{PORT} {
 	bind 127.0.0.1
 	view net-a {
@@ -228,7 +228,7 @@ corp.internal:{PORT} {
 // (O-9); declaring the endpoint a second time is a configuration error.
 func TestScenarioOutboundHubAndSpoke(t *testing.T) {
 	r := obStartResolvers(t, "127.0.50.1")[0]
-	port := obFreePort(t)
+	port := coretest.FreePort(t)
 	const tmpl = `corp.internal:{PORT} {
 	bind 127.0.0.1
 	view hub {
@@ -276,7 +276,7 @@ corp.internal:{PORT} {
 
 	// The spoke declaring its own endpoint under the hub's name is refused: an endpoint is
 	// declared once and named alone elsewhere.
-	_, err := coretest.New(obCorefile(tmpl, "PORT", obFreePort(t), "R", r.addr, "SPOKE", " europe-west1 127.0.52.1"))
+	_, err := coretest.New(obCorefile(tmpl, "PORT", coretest.FreePort(t), "R", r.addr, "SPOKE", " europe-west1 127.0.52.1"))
 	if err == nil || !strings.Contains(err.Error(), `endpoint "hub-egress" declared twice`) {
 		t.Errorf("hub endpoint declared twice: %v, want an error naming it", err)
 	}

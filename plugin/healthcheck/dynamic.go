@@ -1,7 +1,6 @@
 package healthcheck
 
 import (
-	"net/netip"
 	"sync"
 
 	"github.com/coresteer/coresteer/plugin/pkg/health"
@@ -22,21 +21,7 @@ func (h *HealthCheck) Probe(k health.Key) (release func()) {
 	if cr == nil {
 		return func() {}
 	}
-	port := k.Port
-	if port == 0 {
-		port = cr.check.Port
-	}
-	t := h.board.Acquire(k)
-	h.board.Publish(t)
-	p := h.reg.acquire(cr, netip.AddrPortFrom(k.Addr, port))
-	h.reg.attach(p, t)
+	b := h.bind(cr, k)
 	var once sync.Once
-	return func() {
-		once.Do(func() {
-			h.reg.detach(p, t)
-			h.reg.release(p, cr)
-			h.board.Unpublish(t)
-			h.board.Release(t)
-		})
-	}
+	return func() { once.Do(func() { h.unbind(b) }) }
 }

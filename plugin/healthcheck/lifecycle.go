@@ -33,6 +33,28 @@ type binding struct {
 	t   *health.Target
 }
 
+// bind acquires and publishes the board target of k and has the registry probe it with cr,
+// once however many ask (H-3).
+func (h *HealthCheck) bind(cr *checkRun, k health.Key) binding {
+	port := k.Port
+	if port == 0 {
+		port = cr.check.Port
+	}
+	t := h.board.Acquire(k)
+	h.board.Publish(t)
+	p := h.reg.acquire(cr, netip.AddrPortFrom(k.Addr, port))
+	h.reg.attach(p, t)
+	return binding{p: p, run: cr, t: t}
+}
+
+// unbind gives back what bind took; the last reference stops the probe at once (H-4).
+func (h *HealthCheck) unbind(b binding) {
+	h.reg.detach(b.p, b.t)
+	h.reg.release(b.p, b.run)
+	h.board.Unpublish(b.t)
+	h.board.Release(b.t)
+}
+
 // vipState is a load balancer as one instance publishes it.
 type vipState struct {
 	lb       *Loadbalancer
@@ -85,15 +107,7 @@ func (h *HealthCheck) OnStartup() error {
 		if cr == nil {
 			continue // another block's check, or a derived key
 		}
-		port := k.Port
-		if port == 0 {
-			port = cr.check.Port
-		}
-		t := h.board.Acquire(k)
-		h.board.Publish(t)
-		p := h.reg.acquire(cr, netip.AddrPortFrom(k.Addr, port))
-		h.reg.attach(p, t)
-		run.probes = append(run.probes, binding{p: p, run: cr, t: t})
+		run.probes = append(run.probes, h.bind(cr, k))
 	}
 	for _, lb := range h.cfg.lbs {
 		v := &vipState{lb: lb, vip: h.board.Acquire(health.Key{Addr: lb.VIP})}
@@ -174,10 +188,7 @@ func (h *HealthCheck) OnShutdown() error {
 		<-run.done
 	}
 	for _, b := range run.probes {
-		h.reg.detach(b.p, b.t)
-		h.reg.release(b.p, b.run)
-		h.board.Unpublish(b.t)
-		h.board.Release(b.t)
+		h.unbind(b)
 	}
 	for _, v := range run.vips {
 		h.board.Unpublish(v.vip)

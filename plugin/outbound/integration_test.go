@@ -13,33 +13,12 @@ import (
 	"github.com/miekg/dns"
 )
 
-// freePort returns a port free for UDP and TCP on 127.0.0.1 (for server blocks that share a
-// port, as views do).
-func freePort(t *testing.T) string {
-	t.Helper()
-	for range 20 {
-		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, port, _ := net.SplitHostPort(pc.LocalAddr().String())
-		l, err := net.Listen("tcp", "127.0.0.1:"+port)
-		pc.Close()
-		if err == nil {
-			l.Close()
-			return port
-		}
-	}
-	t.Fatal("no free port")
-	return ""
-}
-
 // O-9: two views for two client networks, each with its own endpoint, give the resolver two
 // distinct source addresses (isolation); a spoke zone names the hub's endpoint declared in
 // another block and its queries leave from the hub's source.
 func TestViewIsolationAndSharedEndpoint(t *testing.T) {
 	r := startResolver(t, "127.0.0.50")
-	port := freePort(t)
+	port := coretest.FreePort(t)
 	corefile := `example.:` + port + ` {
 	bind 127.0.0.1
 	view net-a {
@@ -166,7 +145,7 @@ func TestUndeclaredEndpoint(t *testing.T) {
 func TestFQDNTargetPerRegion(t *testing.T) {
 	r1 := startResolver(t, "127.0.0.31")
 	r2 := startResolverPort(t, "127.0.0.32", r1.port())
-	port := freePort(t)
+	port := coretest.FreePort(t)
 	corefile := `resolvers.corp.:` + port + ` {
 	bind 127.0.0.1
 	view eu {
