@@ -1,20 +1,12 @@
 package healthcheck
 
 import (
-	"io"
-	"os"
 	"testing"
 
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 
 	"go.uber.org/goleak"
 )
-
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
-
-func osStderr() io.Writer { return os.Stderr }
 
 // leakCheck fails t when goroutines started during t outlive it. It runs after every other
 // cleanup of t (listeners, servers), so it sees what really remains.

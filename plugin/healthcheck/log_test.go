@@ -1,49 +1,21 @@
 package healthcheck
 
 import (
-	"bytes"
-	golog "log"
-	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 	"github.com/coresteer/coresteer/plugin/pkg/health"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func captureLog(t *testing.T) *syncBuffer {
-	t.Helper()
-	b := &syncBuffer{}
-	golog.SetOutput(b)
-	t.Cleanup(func() { golog.SetOutput(os.Stderr) })
-	return b
-}
-
 // HC-7: with log on, each state change is one log line naming the check, the target, the old
 // and new state and the reason; rounds that change nothing log nothing. Without log, nothing.
 func TestStateChangeLogHC7(t *testing.T) {
 	for _, on := range []bool{true, false} {
-		logs := captureLog(t)
+		logs := coretest.CaptureLog(t)
 		r, clk, b := testRegistry(t)
 		s := newScript()
 		r.probe = s.probe

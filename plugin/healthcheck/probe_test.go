@@ -1,7 +1,6 @@
 package healthcheck
 
 import (
-	"bytes"
 	"context"
 	"io"
 	golog "log"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 	"github.com/coresteer/coresteer/plugin/pkg/health"
 )
 
@@ -231,10 +231,7 @@ func TestProberSourcesHC2(t *testing.T) {
 // the error is logged once. 192.0.2.1 (TEST-NET-1) is not on this host: bind fails locally
 // and nothing is sent.
 func TestBindFailureIsNoResultHC3(t *testing.T) {
-	var buf bytes.Buffer
-	var bufMu sync.Mutex
-	golog.SetOutput(writerFunc(func(p []byte) (int, error) { bufMu.Lock(); defer bufMu.Unlock(); return buf.Write(p) }))
-	defer golog.SetOutput(osStderr())
+	logs := coretest.CaptureLog(t)
 
 	bad := newCheck("web")
 	bad.Regions = []Region{{Name: "us-east1", Sources: []netip.Addr{netip.MustParseAddr("192.0.2.1")}}}
@@ -263,9 +260,7 @@ func TestBindFailureIsNoResultHC3(t *testing.T) {
 	if st := bt.Status(); st.State != health.Healthy || st.Reason != "1/1 regions healthy" {
 		t.Fatalf("%+v, want healthy with 1/1 regions", st)
 	}
-	bufMu.Lock()
-	out := buf.String()
-	bufMu.Unlock()
+	out := logs.String()
 	if n := strings.Count(out, "cannot probe"); n != 1 {
 		t.Fatalf("bind failure logged %d times over two rounds, want once:\n%s", n, out)
 	}

@@ -1,15 +1,11 @@
 package pschealth_test
 
 import (
-	"bytes"
 	"fmt"
-	golog "log"
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -130,41 +126,6 @@ func corefile(a, b *region, dryRun bool, more string) string {
 `, a.pschealth(), b.pschealth(), dry, more)
 }
 
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) count(substrs ...string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for line := range strings.SplitSeq(l.b.String(), "\n") {
-		all := true
-		for _, s := range substrs {
-			all = all && strings.Contains(line, s)
-		}
-		if all {
-			n++
-		}
-	}
-	return n
-}
-
-func captureLog(t *testing.T) *logBuffer {
-	t.Helper()
-	l := &logBuffer{}
-	golog.SetOutput(l)
-	t.Cleanup(func() { golog.SetOutput(os.Stderr) })
-	return l
-}
-
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
@@ -248,7 +209,7 @@ func servedBy(t *testing.T, s *coretest.Server, dest string) bool {
 func TestEndToEndFailover(t *testing.T) {
 	for _, dry := range []bool{false, true} {
 		t.Run(map[bool]string{false: "published", true: "dry_run"}[dry], func(t *testing.T) {
-			logs := captureLog(t)
+			logs := coretest.CaptureLog(t)
 			a, b := newRegion(t, "a", 1), newRegion(t, "b", 2)
 			cf := corefile(a, b, dry, zone)
 			s := coretest.Start(t, cf)
@@ -286,7 +247,7 @@ func TestEndToEndFailover(t *testing.T) {
 			// The metric is set just before the line is written: wait for it. Probes are not
 			// synchronised, so the first failing web backend (1/2 = 50 %) already fails web-a.
 			waitFor(t, "the change logged", func() bool {
-				return logs.count(`"svc-a"`, "unhealthy, was healthy", `source "web-a" `, `below policy "default" (min_healthy_percent 60, min_healthy 1)`) == 1
+				return logs.Count(`"svc-a"`, "unhealthy, was healthy", `source "web-a" `, `below policy "default" (min_healthy_percent 60, min_healthy 1)`) == 1
 			})
 
 			// H-4: a real reload keeps the verdict and logs nothing new.
@@ -294,7 +255,7 @@ func TestEndToEndFailover(t *testing.T) {
 			if tg := health.Default.Lookup(a.destKey); tg != nil {
 				before = tg.Status()
 			}
-			lines := logs.count(`"svc-a"`)
+			lines := logs.Count(`"svc-a"`)
 			if err := s.Reload(cf + "\n# reloaded\n"); err != nil {
 				t.Fatal(err)
 			}
@@ -306,7 +267,7 @@ func TestEndToEndFailover(t *testing.T) {
 			if compositeMetric(t, "svc-a", "unhealthy") != 1 {
 				t.Error("composite metric lost at reload")
 			}
-			if n := logs.count(`"svc-a"`); n != lines {
+			if n := logs.Count(`"svc-a"`); n != lines {
 				t.Errorf("reload logged %d lines about svc-a", n-lines)
 			}
 			// Right after the reload, before any new probe: still the same answers.
@@ -326,7 +287,7 @@ func TestEndToEndFailover(t *testing.T) {
 			waitFor(t, "answers back in region A", func() bool { return servedBy(t, s, a.dest) })
 			if dry {
 				waitFor(t, "the dry-run repair logged", func() bool {
-					return logs.count("Dry run:", `"svc-a"`, "would be healthy, was unhealthy") == 1
+					return logs.Count("Dry run:", `"svc-a"`, "would be healthy, was unhealthy") == 1
 				})
 			}
 		})
@@ -336,7 +297,7 @@ func TestEndToEndFailover(t *testing.T) {
 // A destination that is also a healthcheck loadbalancer VIP: healthcheck starts first and
 // publishes the VIP; pschealth logs the clash and leaves the address to the load balancer.
 func TestEndToEndVIPClash(t *testing.T) {
-	logs := captureLog(t)
+	logs := coretest.CaptureLog(t)
 	a, b := newRegion(t, "a", 1), newRegion(t, "b", 2)
 	lb := fmt.Sprintf(`healthcheck {
 		check api {
@@ -355,7 +316,7 @@ func TestEndToEndVIPClash(t *testing.T) {
 	// block per server block).
 	cf := corefile(a, b, false, "") + "\nexample.net:0 {\n\tbind 127.0.0.1\n\t" + lb + "\n}\n"
 	coretest.Start(t, cf)
-	if n := logs.count("[ERROR] plugin/pschealth", "Destination 127.0.9.1 of composite \"svc-a\" is already published by another writer"); n != 1 {
+	if n := logs.Count("[ERROR] plugin/pschealth", "Destination 127.0.9.1 of composite \"svc-a\" is already published by another writer"); n != 1 {
 		t.Errorf("%d clash lines, want 1", n)
 	}
 	a.breakWeb(true)

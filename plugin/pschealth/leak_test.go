@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/coredns/caddy"
+	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 	"github.com/coresteer/coresteer/plugin/pkg/health"
 
 	"go.uber.org/goleak"
@@ -15,7 +16,7 @@ import (
 // changes in flight.
 func TestNoGoroutineLeak(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	captureLog(t)
+	coretest.CaptureLog(t)
 	b := health.NewBoard(time.Now)
 	bs := newBackends(t, b)
 

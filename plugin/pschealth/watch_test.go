@@ -1,53 +1,18 @@
 package pschealth
 
 import (
-	"bytes"
-	golog "log"
 	"net/netip"
-	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/coredns/caddy"
+	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 	"github.com/coresteer/coresteer/plugin/pkg/health"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
-
-// syncBuffer collects log lines written from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) lines(substr string) []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []string
-	for l := range strings.SplitSeq(s.b.String(), "\n") {
-		if strings.Contains(l, substr) {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
-func captureLog(t *testing.T) *syncBuffer {
-	t.Helper()
-	buf := &syncBuffer{}
-	golog.SetOutput(buf)
-	t.Cleanup(func() { golog.SetOutput(os.Stderr) })
-	return buf
-}
 
 // Two regions' worth of config: composite svc-a over web-a (3 backends, default policy) and
 // db-a (2 backends, strict 100 % / 2); svc-b over web-b.
@@ -177,7 +142,7 @@ func gauge(t *testing.T, vec *prometheus.GaugeVec, labels ...string) float64 {
 // backend state propagate without any query or timer: pschealth has no poll loop, only the
 // board subscription, so the polling below only waits for the subscriber's hop.
 func TestCompositePublishedAndPropagated(t *testing.T) {
-	logs := captureLog(t)
+	logs := coretest.CaptureLog(t)
 	b := health.NewBoard(time.Now)
 	bs := newBackends(t, b)
 	destA, destB := consumer(t, b, "127.0.9.1"), consumer(t, b, "127.0.9.2")
@@ -210,7 +175,7 @@ func TestCompositePublishedAndPropagated(t *testing.T) {
 		t.Errorf("svc-b must not follow svc-a: %s", destB.State())
 	}
 	// P-6: one line naming the failing source and its thresholds, not the healthy one.
-	lines := logs.lines(`"svc-a" (destination`)
+	lines := logs.Lines(`"svc-a" (destination`)
 	last := lines[len(lines)-1]
 	for _, want := range []string{"is unhealthy, was healthy", `source "db-a" 1/2 backends healthy (50%)`, `below policy "strict" (min_healthy_percent 100, min_healthy 2)`} {
 		if !strings.Contains(last, want) {
@@ -227,14 +192,14 @@ func TestCompositePublishedAndPropagated(t *testing.T) {
 	// Repair: back to healthy, with one more line.
 	bs.set(health.Healthy, "db/127.0.1.11:5432")
 	eventually(t, "svc-a healthy again", func() bool { return destA.State() == health.Healthy })
-	if n := len(logs.lines(`"svc-a" (destination`)); n != 3 {
-		t.Errorf("svc-a logged %d lines, want 3 (healthy, unhealthy, healthy): %q", n, logs.lines(`"svc-a" (destination`))
+	if n := len(logs.Lines(`"svc-a" (destination`)); n != 3 {
+		t.Errorf("svc-a logged %d lines, want 3 (healthy, unhealthy, healthy): %q", n, logs.Lines(`"svc-a" (destination`))
 	}
 
 	// web-a down to 1/3 = 33 %: below 60 %.
 	bs.set(health.Unhealthy, "web/127.0.1.2")
 	eventually(t, "svc-a unhealthy by web-a", func() bool { return destA.State() == health.Unhealthy })
-	if last := logs.lines(`"svc-a" (destination`); !strings.Contains(last[len(last)-1], `source "web-a" 1/3 backends healthy (33%), below policy "default" (min_healthy_percent 60, min_healthy 1)`) {
+	if last := logs.Lines(`"svc-a" (destination`); !strings.Contains(last[len(last)-1], `source "web-a" 1/3 backends healthy (33%), below policy "default" (min_healthy_percent 60, min_healthy 1)`) {
 		t.Errorf("log = %q", last[len(last)-1])
 	}
 
@@ -267,7 +232,7 @@ func TestCompositePublishedAndPropagated(t *testing.T) {
 
 // P-6: dry_run computes, logs and exports, but publishes nothing: consumers are unaffected.
 func TestDryRun(t *testing.T) {
-	logs := captureLog(t)
+	logs := coretest.CaptureLog(t)
 	b := health.NewBoard(time.Now)
 	bs := newBackends(t, b)
 	destA := consumer(t, b, "127.0.9.1")
@@ -285,8 +250,8 @@ func TestDryRun(t *testing.T) {
 	if v := gauge(t, compositePublished, "svc-a", "127.0.9.1"); v != 0 {
 		t.Errorf("composite_published = %v in dry run", v)
 	}
-	eventually(t, "dry-run log", func() bool { return len(logs.lines(`would be unhealthy`)) == 1 })
-	l := logs.lines(`would be unhealthy`)[0]
+	eventually(t, "dry-run log", func() bool { return len(logs.Lines(`would be unhealthy`)) == 1 })
+	l := logs.Lines(`would be unhealthy`)[0]
 	for _, want := range []string{`Dry run: composite "svc-a" (destination 127.0.9.1) would be unhealthy, was healthy (not published)`, `source "web-a" 0/3 backends healthy (0%), below policy "default"`} {
 		if !strings.Contains(l, want) {
 			t.Errorf("log line %q lacks %q", l, want)
@@ -299,7 +264,7 @@ func TestDryRun(t *testing.T) {
 func TestReloadKeepsState(t *testing.T) {
 	for _, dry := range []bool{false, true} {
 		t.Run(map[bool]string{false: "published", true: "dry_run"}[dry], func(t *testing.T) {
-			logs := captureLog(t)
+			logs := coretest.CaptureLog(t)
 			b := health.NewBoard(time.Now)
 			bs := newBackends(t, b)
 			destA := consumer(t, b, "127.0.9.1")
@@ -315,7 +280,7 @@ func TestReloadKeepsState(t *testing.T) {
 			bs.set(health.Unhealthy, "db/127.0.1.12:5432")
 			eventually(t, "unhealthy", func() bool { return gauge(t, compositeState, "svc-a", "127.0.9.1", "unhealthy") == 1 })
 			before := destA.Status()
-			nlines := len(logs.lines(`"svc-a" (destination`))
+			nlines := len(logs.Lines(`"svc-a" (destination`))
 
 			next := start(t, config(t, extra), b)
 			if err := old.OnShutdown(); err != nil {
@@ -327,8 +292,8 @@ func TestReloadKeepsState(t *testing.T) {
 			if destA.Checked() == dry {
 				t.Errorf("after reload checked = %v", destA.Checked())
 			}
-			if n := len(logs.lines(`"svc-a" (destination`)); n != nlines {
-				t.Errorf("reload logged %d new lines: %q", n-nlines, logs.lines(`"svc-a" (destination`))
+			if n := len(logs.Lines(`"svc-a" (destination`)); n != nlines {
+				t.Errorf("reload logged %d new lines: %q", n-nlines, logs.Lines(`"svc-a" (destination`))
 			}
 			// Metrics series survive the old instance's shutdown.
 			if v := gauge(t, compositeState, "svc-a", "127.0.9.1", "unhealthy"); v != 1 {
@@ -350,7 +315,7 @@ func TestReloadKeepsState(t *testing.T) {
 // H-4, second half: a composite no longer configured stops being published at once, and a
 // consumer still holding the address serves it again (Unknown, H-2), not a stale Unhealthy.
 func TestRemovedCompositeIsUnpublished(t *testing.T) {
-	captureLog(t)
+	coretest.CaptureLog(t)
 	b := health.NewBoard(time.Now)
 	bs := newBackends(t, b)
 	destA := consumer(t, b, "127.0.9.1")
@@ -396,7 +361,7 @@ func TestRemovedCompositeIsUnpublished(t *testing.T) {
 // A destination that another writer publishes already (a healthcheck loadbalancer VIP) is not
 // taken over: an error line, the composite is computed and not published, the VIP keeps its state.
 func TestDestinationOwnedByAnotherWriter(t *testing.T) {
-	logs := captureLog(t)
+	logs := coretest.CaptureLog(t)
 	b := health.NewBoard(time.Now)
 	bs := newBackends(t, b)
 	vip := b.Acquire(health.Key{Addr: netip.MustParseAddr("127.0.9.1")})
@@ -405,7 +370,7 @@ func TestDestinationOwnedByAnotherWriter(t *testing.T) {
 	defer func() { b.Unpublish(vip); b.Release(vip) }()
 
 	start(t, config(t, ""), b)
-	if l := logs.lines("already published by another writer"); len(l) != 1 || !strings.Contains(l[0], `Destination 127.0.9.1 of composite "svc-a"`) {
+	if l := logs.Lines("already published by another writer"); len(l) != 1 || !strings.Contains(l[0], `Destination 127.0.9.1 of composite "svc-a"`) {
 		t.Errorf("conflict log = %q", l)
 	}
 	bs.all(health.Unhealthy)

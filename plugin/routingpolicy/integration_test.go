@@ -1,16 +1,13 @@
 package routingpolicy_test
 
 import (
-	"bytes"
 	"fmt"
-	stdlog "log"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -172,32 +169,17 @@ func TestIntegrationGeoFromSubnets(t *testing.T) {
 	}
 }
 
-var logMu sync.Mutex
-
-// captureLog collects what plugins log while fn runs.
-func captureLog(fn func()) string {
-	logMu.Lock()
-	defer logMu.Unlock()
-	var buf bytes.Buffer
-	w := stdlog.Writer()
-	stdlog.SetOutput(&buf)
-	defer stdlog.SetOutput(w)
-	fn()
-	return buf.String()
-}
-
 func TestIntegrationCacheWarning(t *testing.T) {
-	out := captureLog(func() {
-		coretest.Start(t, `example.org:0 {
+	logs := coretest.CaptureLog(t)
+	coretest.Start(t, `example.org:0 {
 	bind 127.0.0.1
 	cache
 	routingpolicy {
 		geo www A 30 "us-east1=192.0.2.1"
 	}
 }`)
-	})
-	if !strings.Contains(out, "cache is in the server block") {
-		t.Fatalf("no cache warning in %q", out)
+	if logs.Count("cache is in the server block") != 1 {
+		t.Fatalf("no cache warning in %q", logs)
 	}
 }
 

@@ -2,13 +2,13 @@ package routingpolicy
 
 import (
 	"context"
-	stdlog "log"
 	"strings"
 	"testing"
 
 	"github.com/coredns/coredns/plugin/metadata"
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/test"
+	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 	"github.com/coresteer/coresteer/plugin/pkg/health"
 
 	"github.com/miekg/dns"
@@ -144,12 +144,9 @@ func TestHealthLogging(t *testing.T) {
 		wrr www A 60 "1=10.0.0.1;1=10.0.0.2" healthcheck web
 	}`)
 	set(b, "web", "10.0.0.2", health.Unhealthy)
-	var buf strings.Builder
-	w := stdlog.Writer()
-	stdlog.SetOutput(&buf)
+	logs := coretest.CaptureLog(t)
 	ask(t, rp, "www.example.org.", dns.TypeA, "10.1.1.1")
-	stdlog.SetOutput(w)
-	out := buf.String()
+	out := logs.String()
 	for _, want := range []string{"www.example.org./A wrr item=0", "web/10.0.0.1=unknown", "web/10.0.0.2=unhealthy"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("log %q lacks %q", out, want)
