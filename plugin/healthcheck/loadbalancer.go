@@ -49,18 +49,3 @@ func (lb *Loadbalancer) derive(backends []*health.Target) (health.State, string)
 	}
 	return health.Unhealthy, reason
 }
-
-// parseBackend reads ADDRESS or ADDRESS:PORT (IPv6 with a port in brackets).
-func parseBackend(s string) (netip.AddrPort, error) {
-	if ap, err := netip.ParseAddrPort(s); err == nil {
-		if ap.Port() == 0 {
-			return netip.AddrPort{}, fmt.Errorf("port 0 not allowed")
-		}
-		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), nil
-	}
-	a, err := netip.ParseAddr(s)
-	if err != nil || a.Zone() != "" {
-		return netip.AddrPort{}, fmt.Errorf("not an IP address or IP:PORT")
-	}
-	return netip.AddrPortFrom(a.Unmap(), 0), nil
-}

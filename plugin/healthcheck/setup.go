@@ -350,7 +350,7 @@ func parseLoadbalancer(c *caddy.Controller) (*Loadbalancer, error) {
 				return c.Errf("loadbalancer %s: backends needs at least one ADDRESS[:PORT]", lb.VIP)
 			}
 			for _, a := range args {
-				b, err := parseBackend(a)
+				b, err := health.ParseTarget(a)
 				if err != nil {
 					return c.Errf("loadbalancer %s: backend %q: %v", lb.VIP, a, err)
 				}

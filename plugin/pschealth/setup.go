@@ -233,7 +233,7 @@ func parseSource(c *caddy.Controller) (*Source, string, error) {
 				return nil, "", c.Errf("source %q: backends needs at least one ADDRESS[:PORT]", s.Name)
 			}
 			for _, v := range vals {
-				ap, err := parseBackend(v)
+				ap, err := health.ParseTarget(v)
 				if err != nil {
 					return nil, "", c.Errf("source %q: backends %q: %v", s.Name, v, err)
 				}
@@ -284,39 +284,6 @@ func parseSource(c *caddy.Controller) (*Source, string, error) {
 	return s, policy, nil
 }
 
-// parseBackend reads ADDRESS or ADDRESS:PORT ([v6]:PORT). Port 0 in the result means the check's port.
-func parseBackend(v string) (netip.AddrPort, error) {
-	if a, err := netip.ParseAddr(v); err == nil {
-		if err := usable(a); err != nil {
-			return netip.AddrPort{}, err
-		}
-		return netip.AddrPortFrom(a.Unmap(), 0), nil
-	}
-	ap, err := netip.ParseAddrPort(v)
-	if err != nil {
-		return netip.AddrPort{}, fmt.Errorf("not an IP address or IP:PORT")
-	}
-	if ap.Port() == 0 {
-		return netip.AddrPort{}, fmt.Errorf("port 0 is not allowed (1..65535; omit the port to use the check's)")
-	}
-	if err := usable(ap.Addr()); err != nil {
-		return netip.AddrPort{}, err
-	}
-	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), nil
-}
-
-func usable(a netip.Addr) error {
-	switch {
-	case a.Zone() != "":
-		return fmt.Errorf("IPv6 zones are not allowed")
-	case a.IsUnspecified():
-		return fmt.Errorf("the unspecified address is not allowed")
-	case a.IsMulticast():
-		return fmt.Errorf("a multicast address is not allowed")
-	}
-	return nil
-}
-
 // parseComposite reads a composite block; source names are resolved by the caller.
 func parseComposite(c *caddy.Controller) (*Composite, []string, error) {
 	args := c.RemainingArgs()
@@ -345,7 +312,7 @@ func parseComposite(c *caddy.Controller) (*Composite, []string, error) {
 			if err != nil {
 				return nil, nil, c.Errf("composite %q: destination %q is not an IP address (a port is not allowed)", comp.Name, vals[0])
 			}
-			if err := usable(a); err != nil {
+			if err := health.ValidTarget(a); err != nil {
 				return nil, nil, c.Errf("composite %q: destination %q: %v", comp.Name, vals[0], err)
 			}
 			comp.Destination = a.Unmap()
