@@ -224,49 +224,32 @@ func releaseVIPSeries(a netip.Addr) {
 	}
 }
 
+// rederive asks the VIP loop to derive every VIP of h again.
+func (h *HealthCheck) rederive() {
+	if run := h.cur.Load(); run != nil && run.kick != nil {
+		select {
+		case run.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // group is the healthcheck blocks of one Corefile instance.
 type group struct {
-	mu       sync.Mutex
-	vips     map[netip.Addr]bool
-	members  []*HealthCheck
-	children []*group // instances started by a reload of this one
+	mu      sync.Mutex
+	vips    map[netip.Addr]bool
+	members []*HealthCheck
 }
 
 type groupKey struct{}
 
-// restarting is the instance being reloaded, so the new instance can find its parent.
-var restarting struct {
-	sync.Mutex
-	parent *group
-}
-
-// groupOf returns the group of the instance c is setting up. caddy discards a new instance whose
-// startup fails after ours succeeded without calling its OnShutdown; the old instance's
-// OnRestartFailed then shuts down what the new one started, so no probe leaks.
+// groupOf returns the group of the instance c is setting up.
 func groupOf(c *caddy.Controller) *group {
 	if g, ok := c.Get(groupKey{}).(*group); ok {
 		return g
 	}
 	g := &group{vips: make(map[netip.Addr]bool)}
 	c.Set(groupKey{}, g)
-	restarting.Lock()
-	if p := restarting.parent; p != nil {
-		p.mu.Lock()
-		p.children = append(p.children, g)
-		p.mu.Unlock()
-		restarting.parent = nil
-	}
-	restarting.Unlock()
-	c.OnRestart(func() error {
-		restarting.Lock()
-		restarting.parent = g
-		restarting.Unlock()
-		return nil
-	})
-	c.OnRestartFailed(func() error {
-		g.abandonChildren()
-		return nil
-	})
 	return g
 }
 
@@ -291,46 +274,4 @@ func (g *group) claimVIP(a netip.Addr) bool {
 	}
 	g.vips[a] = true
 	return true
-}
-
-func (g *group) live() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for _, h := range g.members {
-		if h.cur.Load() != nil {
-			return true
-		}
-	}
-	return false
-}
-
-// abandonChildren shuts down the instances a failed reload started. It does nothing when this
-// instance is not live any more: then the reload did replace it and the child is serving.
-func (g *group) abandonChildren() {
-	restarting.Lock()
-	if restarting.parent == g {
-		restarting.parent = nil
-	}
-	restarting.Unlock()
-	if !g.live() {
-		return
-	}
-	g.mu.Lock()
-	children := g.children
-	g.children = nil
-	g.mu.Unlock()
-	for _, ch := range children {
-		for _, h := range ch.all() {
-			h.OnShutdown()
-		}
-	}
-	// The failed instance may have set our VIPs from its own backends: derive them again.
-	for _, h := range g.all() {
-		if run := h.cur.Load(); run != nil && run.kick != nil {
-			select {
-			case run.kick <- struct{}{}:
-			default:
-			}
-		}
-	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/coredns/coredns/plugin"
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 	"github.com/coresteer/coresteer/plugin/pkg/health"
+	"github.com/coresteer/coresteer/plugin/pkg/lifecycle"
 	"github.com/coresteer/coresteer/plugin/pkg/region"
 )
 
@@ -46,8 +47,10 @@ func setup(c *caddy.Controller) error {
 	h := &HealthCheck{cfg: cfg, board: health.Default, reg: defaultRegistry, demand: d, group: g}
 	g.add(h)
 
-	c.OnStartup(h.OnStartup)
-	c.OnShutdown(h.OnShutdown)
+	lifecycle.Hook(c, h.OnStartup, h.OnShutdown)
+	// A failed reload's instance may have set our VIPs from its own backends before it was shut
+	// down (lifecycle does that first): derive them again from ours.
+	c.OnRestartFailed(func() error { h.rederive(); return nil })
 	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
 		h.Next = next
 		return h

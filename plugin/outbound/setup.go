@@ -11,6 +11,7 @@ import (
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
+	"github.com/coresteer/coresteer/plugin/pkg/lifecycle"
 
 	"github.com/miekg/dns"
 )
@@ -28,13 +29,12 @@ func setup(c *caddy.Controller) error {
 			return plugin.Error("outbound", c.Err(err.Error()))
 		}
 	}
-	c.OnStartup(func() error {
+	lifecycle.Hook(c, func() error {
 		if err := o.bind(reg); err != nil {
 			return plugin.Error("outbound", err)
 		}
 		return o.start()
-	})
-	c.OnShutdown(func() error {
+	}, func() error {
 		o.stop()
 		return nil
 	})

@@ -11,6 +11,7 @@ import (
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
 	"github.com/coresteer/coresteer/plugin/pkg/health"
+	"github.com/coresteer/coresteer/plugin/pkg/lifecycle"
 )
 
 const pluginName = "pschealth"
@@ -34,8 +35,7 @@ func setup(c *caddy.Controller) error {
 	}
 
 	p := New(cfg, health.Default)
-	c.OnStartup(p.OnStartup)
-	c.OnShutdown(p.OnShutdown)
+	lifecycle.Hook(c, p.OnStartup, p.OnShutdown)
 
 	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
 		p.Next = next

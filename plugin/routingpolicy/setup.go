@@ -12,6 +12,7 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/fall"
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 	"github.com/coresteer/coresteer/plugin/pkg/health"
+	"github.com/coresteer/coresteer/plugin/pkg/lifecycle"
 	"github.com/coresteer/coresteer/plugin/pkg/region"
 
 	"github.com/miekg/dns"
@@ -61,8 +62,7 @@ func setup(c *caddy.Controller) error {
 		}
 		rp := New(cfg, d)
 		conf := dnsserver.GetConfig(c)
-		c.OnStartup(func() error { return rp.OnStartup(conf) })
-		c.OnShutdown(rp.OnShutdown)
+		lifecycle.Hook(c, func() error { return rp.OnStartup(conf) }, rp.OnShutdown)
 		conf.AddPlugin(func(next plugin.Handler) plugin.Handler {
 			rp.Next = next
 			return rp

@@ -1,0 +1,127 @@
+// Package lifecycle registers a plugin's startup and shutdown so that what the startup took is
+// given back in every case, including the one caddy leaves out: a reload whose new instance fails
+// after some OnStartup hooks ran (a listener that cannot bind, a later plugin's startup error).
+// caddy then drops the new instance without running its OnShutdown hooks and calls the old
+// instance's OnRestartFailed. Without this, board references, probes and goroutines taken by the
+// failed instance would live on for ever.
+package lifecycle
+
+import (
+	"slices"
+	"sync"
+
+	"github.com/coredns/caddy"
+)
+
+// instance is the hooks of one Corefile instance whose startup ran.
+type instance struct {
+	mu       sync.Mutex
+	started  []func() error // stops of the hooks whose start succeeded, in start order
+	children []*instance    // instances started by a reload of this one
+	down     bool           // its shutdown began: a reload replaced it
+}
+
+type instanceKey struct{}
+
+// restarting is the instance being reloaded, so the new one can find its parent.
+var restarting struct {
+	sync.Mutex
+	parent *instance
+}
+
+// Hook registers start as an OnStartup hook and stop as an OnShutdown hook of the instance c
+// sets up. stop runs only when start succeeded, once: at the instance's shutdown, or when a reload
+// that started it fails.
+func Hook(c *caddy.Controller, start, stop func() error) {
+	in := instanceOf(c)
+	var (
+		once    sync.Once
+		running bool
+		mu      sync.Mutex
+	)
+	stopOnce := func() error {
+		var err error
+		once.Do(func() {
+			mu.Lock()
+			ran := running
+			mu.Unlock()
+			if ran {
+				err = stop()
+			}
+		})
+		return err
+	}
+	c.OnStartup(func() error {
+		if err := start(); err != nil {
+			return err
+		}
+		mu.Lock()
+		running = true
+		mu.Unlock()
+		in.mu.Lock()
+		in.started = append(in.started, stopOnce)
+		in.mu.Unlock()
+		return nil
+	})
+	c.OnShutdown(stopOnce)
+}
+
+func instanceOf(c *caddy.Controller) *instance {
+	if in, ok := c.Get(instanceKey{}).(*instance); ok {
+		return in
+	}
+	in := &instance{}
+	c.Set(instanceKey{}, in)
+	restarting.Lock()
+	if p := restarting.parent; p != nil {
+		p.mu.Lock()
+		p.children = append(p.children, in)
+		p.mu.Unlock()
+		restarting.parent = nil
+	}
+	restarting.Unlock()
+	c.OnRestart(func() error {
+		restarting.Lock()
+		restarting.parent = in
+		restarting.Unlock()
+		return nil
+	})
+	c.OnRestartFailed(func() error {
+		restarting.Lock()
+		if restarting.parent == in {
+			restarting.parent = nil
+		}
+		restarting.Unlock()
+		in.abandonChildren()
+		return nil
+	})
+	// caddy also calls OnRestartFailed when the new instance serves but one of the old one's
+	// shutdown hooks returned an error: then this instance is going down and its child must live.
+	c.OnShutdown(func() error {
+		in.mu.Lock()
+		in.down = true
+		in.mu.Unlock()
+		return nil
+	})
+	return in
+}
+
+// abandonChildren stops, newest first, what the failed reloads of in had started.
+func (in *instance) abandonChildren() {
+	in.mu.Lock()
+	children, down := in.children, in.down
+	in.children = nil
+	in.mu.Unlock()
+	if down {
+		return
+	}
+	for _, ch := range children {
+		ch.mu.Lock()
+		stops := ch.started
+		ch.started = nil
+		ch.mu.Unlock()
+		for _, stop := range slices.Backward(stops) {
+			_ = stop()
+		}
+	}
+}

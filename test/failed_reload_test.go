@@ -1,0 +1,84 @@
+package test
+
+import (
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/coresteer/coresteer/plugin/pkg/coretest"
+	"github.com/coresteer/coresteer/plugin/pkg/health"
+
+	"github.com/miekg/dns"
+)
+
+// A reload whose new instance fails after the plugins' startup ran (here: a listener that cannot
+// bind) is dropped by caddy without its shutdown hooks. What that startup took must be given back
+// all the same (plugin/pkg/lifecycle), or the board would hold the failed Corefile's targets and
+// their probes for ever (H-4: a reload never loses or leaks state). The old Corefile keeps serving.
+func TestFailedReloadReleasesWhatItStarted(t *testing.T) {
+	port := coretest.FreePort(t)
+	// Hold the port the new Corefile wants, UDP and TCP.
+	pc, err := net.ListenPacket("udp", "127.0.0.1:"+port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	l, err := net.Listen("tcp", "127.0.0.1:"+port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+
+	base := `example.org:0 {
+	bind 127.0.0.1
+	routingpolicy {
+		wrr www A 30 "1=192.0.2.1"
+		WRR_NEW
+	}
+	PSC
+}
+`
+	s := coretest.Start(t, strings.NewReplacer("WRR_NEW", "", "PSC", "").Replace(base))
+	next := strings.NewReplacer(
+		"WRR_NEW", `wrr new A 30 "1=192.0.2.99"`,
+		"PSC", `healthcheck {
+		check web {
+			protocol tcp
+			port 9
+			interval 300s
+			timeout 1s
+		}
+	}
+	pschealth {
+		source s {
+			backends 127.0.0.1
+			check web
+		}
+		composite c {
+			sources s
+			destination 192.0.2.98
+		}
+	}`).Replace(base) + `other.org:` + port + ` {
+	bind 127.0.0.1
+	whoami
+}
+`
+	if err := s.Reload(next); err == nil {
+		t.Fatal("a Corefile whose port is taken was accepted")
+	}
+	for _, a := range []string{"192.0.2.99", "192.0.2.98"} {
+		if tg := health.Default.Lookup(health.Key{Addr: netip.MustParseAddr(a)}); tg != nil {
+			t.Errorf("the failed reload still holds %s on the board (checked %v)", a, tg.Checked())
+		}
+	}
+	if tg := health.Default.Lookup(health.Key{Check: "web", Addr: netip.MustParseAddr("127.0.0.1")}); tg != nil {
+		t.Errorf("the failed reload's probe target is still on the board")
+	}
+	if got := ask(t, s, "", "www.example.org"); got != "192.0.2.1" {
+		t.Fatalf("after the failed reload: %q", got)
+	}
+	if r, err := s.Query("new.example.org", dns.TypeA); err != nil || r.Rcode != dns.RcodeNameError {
+		t.Fatalf("the failed Corefile's record is served: %v %v", r, err)
+	}
+}
