@@ -3,6 +3,7 @@ package test
 import (
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -67,13 +68,18 @@ func TestFailedReloadReleasesWhatItStarted(t *testing.T) {
 	if err := s.Reload(next); err == nil {
 		t.Fatal("a Corefile whose port is taken was accepted")
 	}
-	for _, a := range []string{"192.0.2.99", "192.0.2.98"} {
-		if tg := health.Default.Lookup(health.Key{Addr: netip.MustParseAddr(a)}); tg != nil {
-			t.Errorf("the failed reload still holds %s on the board (checked %v)", a, tg.Checked())
-		}
+	if published(health.Key{Addr: netip.MustParseAddr("192.0.2.98")}) {
+		t.Errorf("the failed reload's composite destination is still published")
 	}
-	if tg := health.Default.Lookup(health.Key{Check: "web", Addr: netip.MustParseAddr("127.0.0.1")}); tg != nil {
-		t.Errorf("the failed reload's probe target is still on the board")
+	if published(health.Key{Check: "web", Addr: netip.MustParseAddr("127.0.0.1")}) {
+		t.Errorf("the failed reload's backend is still probed")
+	}
+	// H-6: the series of what the failed Corefile configured are gone with it.
+	if got := seriesOf(t, "", "coredns_routingpolicy_wrr_configured_share", "name"); slices.Contains(got, "new.example.org./A") {
+		t.Errorf("the failed reload's record set is still exported: %v", got)
+	}
+	if got := seriesOf(t, "", "coredns_pschealth_composite_state", "composite"); slices.Contains(got, "c") {
+		t.Errorf("the failed reload's composite is still exported: %v", got)
 	}
 	if got := ask(t, s, "", "www.example.org"); got != "192.0.2.1" {
 		t.Fatalf("after the failed reload: %q", got)

@@ -367,15 +367,18 @@ func TestConfigMapCorefileServes(t *testing.T) {
 		for _, lo := range slices.Sorted(maps.Values(exampleToLoopback)) {
 			k := health.Key{Check: "web", Addr: netip.MustParseAddr(lo)}
 			for {
-				tg := health.Default.Lookup(k)
-				if tg != nil && tg.Checked() && tg.Decided() {
-					if tg.State() != health.Healthy {
-						t.Errorf("%s: %s, want healthy", k, tg.Status().State)
+				// Acquire finds the target the probe holds; the test's reference goes at once.
+				tg := health.Default.Acquire(k)
+				checked, st := tg.Checked(), tg.Status()
+				health.Default.Release(tg)
+				if checked && st.State != health.Unknown {
+					if st.State != health.Healthy {
+						t.Errorf("%s: %s, want healthy", k, st.State)
 					}
 					break
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("%s has no verdict after 20 s (on the board: %v, checked: %v)", k, tg != nil, tg != nil && tg.Checked())
+					t.Fatalf("%s has no verdict after 20 s (checked: %v)", k, checked)
 				}
 				time.Sleep(50 * time.Millisecond)
 			}

@@ -6,7 +6,6 @@ package healthcheck
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 
 	"github.com/coredns/coredns/plugin"
@@ -24,8 +23,7 @@ type HealthCheck struct {
 	demand *health.Demand
 	group  *group // the blocks of the same Corefile instance
 
-	cur   atomic.Pointer[running] // set between OnStartup and OnShutdown
-	dynMu sync.Mutex              // orders Probe against OnShutdown
+	cur atomic.Pointer[running] // set between OnStartup and OnShutdown
 
 	Next plugin.Handler
 }

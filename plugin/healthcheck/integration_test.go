@@ -20,11 +20,8 @@ import (
 )
 
 func vipOnBoard(vip string) (health.State, bool) {
-	t := health.Default.Lookup(health.Key{Addr: netip.MustParseAddr(vip)})
-	if t == nil {
-		return health.Unknown, false
-	}
-	return t.State(), t.Checked()
+	st, checked := onBoard(health.Default, health.Key{Addr: netip.MustParseAddr(vip)})
+	return st.State, checked
 }
 
 func lbCorefile(check, lbs string) string {
@@ -73,8 +70,8 @@ func TestLoadbalancerHC4(t *testing.T) {
 	}
 	b2.close() // 1/2 = 50 % < 60 %
 	waitFor(t, "VIP unhealthy", func() bool { st, _ := vipOnBoard("10.99.0.1"); return st == health.Unhealthy })
-	if r := health.Default.Lookup(health.Key{Addr: netip.MustParseAddr("10.99.0.1")}); !strings.Contains(r.Status().Reason, "1/2 backends healthy, threshold 60%") {
-		t.Fatalf("reason %q", r.Status().Reason)
+	if st, _ := onBoard(health.Default, health.Key{Addr: netip.MustParseAddr("10.99.0.1")}); !strings.Contains(st.Reason, "1/2 backends healthy, threshold 60%") {
+		t.Fatalf("reason %q", st.Reason)
 	}
 	listen(t, b2.addr().String())
 	waitFor(t, "VIP healthy again", func() bool { st, _ := vipOnBoard("10.99.0.1"); return st == health.Healthy })
@@ -82,7 +79,7 @@ func TestLoadbalancerHC4(t *testing.T) {
 	if _, checked := vipOnBoard("10.99.0.1"); checked {
 		t.Fatal("VIP still on the board after shutdown")
 	}
-	if n := defaultRegistry.Len(); n != 0 {
+	if n := probes(defaultRegistry); n != 0 {
 		t.Fatalf("%d probes after shutdown", n)
 	}
 }
@@ -116,12 +113,19 @@ example.net:0 {
 		return a == health.Healthy && b == health.Healthy
 	})
 	// H-3: two blocks want both backends: two probes, not four.
-	if n := defaultRegistry.Len(); n != 2 {
+	if n := probes(defaultRegistry); n != 2 {
 		t.Fatalf("%d probes, want 2 (one per check and target)", n)
 	}
 	k1 := health.Key{Check: "tcp1", Addr: b1.addr().Addr(), Port: b1.addr().Port()}
 	k2 := health.Key{Check: "tcp1", Addr: b2.addr().Addr(), Port: b2.addr().Port()}
-	since := health.Default.Lookup(k1).Status().Since
+	// A VIP is decided before all its backends are (HC-4): wait for theirs too.
+	waitFor(t, "backends healthy", func() bool {
+		s1, _ := onBoard(health.Default, k1)
+		s2, _ := onBoard(health.Default, k2)
+		return s1.State == health.Healthy && s2.State == health.Healthy
+	})
+	st1, _ := onBoard(health.Default, k1)
+	since := st1.Since
 
 	var mu sync.Mutex
 	var changes []health.Change
@@ -157,18 +161,18 @@ example.net:0 {
 		t.Errorf("a reload changed the board: %+v", changes)
 	}
 	mu.Unlock()
-	if st := health.Default.Lookup(k1).Status(); st.State != health.Healthy || !st.Since.Equal(since) {
+	if st, _ := onBoard(health.Default, k1); st.State != health.Healthy || !st.Since.Equal(since) {
 		t.Fatalf("backend 1 after reloads: %+v, want healthy since %v", st, since)
 	}
 	// H-4: the removed backend is gone from the registry and the board at once.
-	if n := defaultRegistry.Len(); n != 1 {
+	if n := probes(defaultRegistry); n != 1 {
 		t.Fatalf("%d probes after removing a backend, want 1", n)
 	}
-	if health.Default.Lookup(k2) != nil {
-		t.Fatal("removed backend still on the board")
+	if _, checked := onBoard(health.Default, k2); checked {
+		t.Fatal("removed backend still probed on the board")
 	}
 	s.Stop()
-	if n := defaultRegistry.Len(); n != 0 {
+	if n := probes(defaultRegistry); n != 0 {
 		t.Fatalf("%d probes after shutdown", n)
 	}
 }
@@ -194,7 +198,7 @@ func TestCrossBlockErrors(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `check "nope" is not defined`) {
 		t.Fatalf("unknown check in the second block: %v", err)
 	}
-	if n := defaultRegistry.Len(); n != 0 {
+	if n := probes(defaultRegistry); n != 0 {
 		t.Fatalf("a refused Corefile left %d probes", n)
 	}
 	if _, checked := vipOnBoard("10.99.2.5"); checked {
@@ -226,17 +230,17 @@ func TestFailedReloadReleases(t *testing.T) {
 	if err := s.Reload(cf); err == nil {
 		t.Fatal("reload onto a busy port succeeded")
 	}
-	if n := defaultRegistry.Len(); n != 1 {
+	if n := probes(defaultRegistry); n != 1 {
 		t.Fatalf("%d probes after a failed reload, want 1 (the old instance's)", n)
 	}
-	if health.Default.Lookup(health.Key{Check: "tcp1", Addr: b2.addr().Addr(), Port: b2.addr().Port()}) != nil {
-		t.Fatal("the failed instance's target is still on the board")
+	if _, checked := onBoard(health.Default, health.Key{Check: "tcp1", Addr: b2.addr().Addr(), Port: b2.addr().Port()}); checked {
+		t.Fatal("the failed instance's target is still probed on the board")
 	}
 	if st, checked := vipOnBoard("10.99.3.1"); st != health.Healthy || !checked {
 		t.Fatalf("old instance's VIP: %v %v", st, checked)
 	}
 	s.Stop()
-	if n := defaultRegistry.Len(); n != 0 {
+	if n := probes(defaultRegistry); n != 0 {
 		t.Fatalf("%d probes after shutdown", n)
 	}
 }

@@ -10,14 +10,21 @@ import (
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/plugin"
 	"github.com/coresteer/coresteer/plugin/pkg/health"
+	"github.com/coresteer/coresteer/plugin/pkg/lifecycle"
 )
 
-// running is what an instance holds between OnStartup and OnShutdown.
+// vipWriters orders the instances that publish a VIP: the newest derives it.
+var vipWriters = lifecycle.NewWriters()
+
+// running is what a block holds between OnStartup and OnShutdown.
 type running struct {
-	runs     map[string]*checkRun // this block's checks, for probes asked for later (Probe)
-	probes   []binding
+	serving  []func() // one per check of the block: stops serving it (health.Demand.Serve)
+	wants    []func() // the load balancers' wants of their backends
 	vips     []*vipState
 	backends map[health.Key]bool // keys whose changes move a VIP
+
+	mu    sync.Mutex
+	bound map[*health.Target]int // what the block probes now, for Ready
 
 	kick        chan struct{}
 	quit, done  chan struct{}
@@ -59,6 +66,7 @@ func (h *HealthCheck) unbind(b binding) {
 type vipState struct {
 	lb       *Loadbalancer
 	vip      *health.Target
+	writer   *lifecycle.Writer // this instance's turn to write the VIP (vipWriters)
 	backends []*health.Target
 }
 
@@ -77,8 +85,9 @@ func (h *HealthCheck) validate() error {
 	return nil
 }
 
-// OnStartup acquires and publishes the targets of this block's checks that consumers want, and
-// the VIPs of its load balancers, and starts probing (through the process-wide registry).
+// OnStartup serves this block's checks on the instance's Demand, so every (check, target) a
+// consumer wants with them, now or later, is probed (through the process-wide registry), and
+// publishes the VIPs of its load balancers, wanting their backends probed.
 func (h *HealthCheck) OnStartup() error {
 	if h.cur.Load() != nil {
 		return nil
@@ -94,28 +103,33 @@ func (h *HealthCheck) OnStartup() error {
 			return plugin.Error("healthcheck", err)
 		}
 	}
-	runs := make(map[string]*checkRun, len(h.cfg.checks))
-	for _, ch := range h.cfg.checks {
-		runs[ch.Name] = newCheckRun(ch)
-	}
 	h.reg.start()
-	run := &running{runs: runs, backends: make(map[health.Key]bool)}
-	// H-3: the demand of the whole Corefile is deduplicated, and the registry deduplicates
-	// across instances, so each (check, target) has one probe.
-	for _, k := range h.demand.Wanted() {
-		cr := runs[k.Check]
-		if cr == nil {
-			continue // another block's check, or a derived key
-		}
-		run.probes = append(run.probes, h.bind(cr, k))
+	run := &running{backends: make(map[health.Key]bool), bound: make(map[*health.Target]int)}
+	h.cur.Store(run)
+	for _, ch := range h.cfg.checks {
+		cr := newCheckRun(ch)
+		checkSeries.Hold(ch.Name)
+		// H-6: the one way a probe starts and stops. H-3: the Demand counts the consumers of one
+		// instance, the registry the instances.
+		run.serving = append(run.serving, h.demand.Serve(ch.Name, func(k health.Key) func() {
+			b := h.bind(cr, k)
+			run.track(b.t, 1)
+			return func() {
+				run.track(b.t, -1)
+				h.unbind(b)
+			}
+		}))
 	}
 	for _, lb := range h.cfg.lbs {
 		v := &vipState{lb: lb, vip: h.board.Acquire(health.Key{Addr: lb.VIP})}
 		h.board.Publish(v.vip)
-		acquireVIPSeries(lb.VIP)
+		v.writer, _ = vipWriters.Join(v.vip, h.rederive)
+		vipSeries.Hold("", lb.VIP.String())
+		checkSeries.Hold("") // state_transitions_total of the VIPs
 		for _, k := range lb.keys() {
 			v.backends = append(v.backends, h.board.Acquire(k))
 			run.backends[k] = true
+			run.wants = append(run.wants, h.demand.Want(k))
 		}
 		run.vips = append(run.vips, v)
 		h.derive(v)
@@ -134,11 +148,16 @@ func (h *HealthCheck) OnStartup() error {
 		})
 		go h.loop(run)
 	}
-	h.cur.Store(run)
-	for name := range runs {
-		h.board.SetProber(name, h)
-	}
 	return nil
+}
+
+// track counts the targets the block probes.
+func (run *running) track(t *health.Target, n int) {
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	if run.bound[t] += n; run.bound[t] <= 0 {
+		delete(run.bound, t)
+	}
 }
 
 // loop recomputes the VIPs when a backend changes. The board calls subscribers on the writer's
@@ -157,74 +176,60 @@ func (h *HealthCheck) loop(run *running) {
 	}
 }
 
-// derive sets the state of a VIP from its backends (HC-4). A VIP that had a verdict keeps it
-// while a new backend has none yet.
+// derive sets the state of a VIP from its backends (HC-4), when this instance is the newest that
+// publishes it: during a reload the new configuration's backends decide. A VIP that had a verdict
+// keeps it while the backends without one could still change the outcome.
 func (h *HealthCheck) derive(v *vipState) {
 	st, reason := v.lb.derive(v.backends)
-	if st != health.Unknown {
-		old := v.vip.Status()
-		if h.board.Set(v.vip, st, reason) {
-			transitions.WithLabelValues("", st.String()).Inc()
-			log.Infof("Loadbalancer %s: %s -> %s (%s)", v.lb.VIP, old.State, st, reason)
+	v.writer.Write(func() {
+		if st != health.Unknown {
+			old := v.vip.Status()
+			if h.board.Set(v.vip, st, reason) {
+				transitions.WithLabelValues("", st.String()).Inc()
+				log.Infof("Loadbalancer %s: %s -> %s (%s)", v.lb.VIP, old.State, st, reason)
+			}
 		}
-	}
-	targetState.WithLabelValues("", v.lb.VIP.String()).Set(float64(v.vip.State()))
+		targetState.WithLabelValues("", v.lb.VIP.String()).Set(float64(v.vip.State()))
+	})
 }
 
-// OnShutdown releases everything OnStartup took; probes no other instance wants stop at once.
+// OnShutdown gives back everything OnStartup took: probes no other instance wants stop at once,
+// and the series of the VIPs and checks no other instance has go.
 func (h *HealthCheck) OnShutdown() error {
-	h.dynMu.Lock()
 	run := h.cur.Swap(nil)
-	h.dynMu.Unlock()
 	if run == nil {
 		return nil
-	}
-	for name := range run.runs {
-		h.board.ClearProber(name, h)
 	}
 	if run.unsubscribe != nil {
 		run.unsubscribe()
 		close(run.quit)
 		<-run.done
 	}
-	for _, b := range run.probes {
-		h.unbind(b)
+	for _, release := range run.wants {
+		release()
+	}
+	for _, stop := range run.serving {
+		stop()
 	}
 	for _, v := range run.vips {
+		v.writer.Leave()
 		h.board.Unpublish(v.vip)
 		h.board.Release(v.vip)
-		releaseVIPSeries(v.lb.VIP)
+		vipSeries.Release("", v.lb.VIP.String())
+		checkSeries.Release("")
 		for _, t := range v.backends {
 			h.board.Release(t)
 		}
+	}
+	for _, ch := range h.cfg.checks {
+		checkSeries.Release(ch.Name)
 	}
 	h.reg.stop()
 	return nil
 }
 
-// vipSeries counts the instances publishing each VIP, so a reload does not delete the series
-// the new instance has just set.
-var vipSeries = struct {
-	sync.Mutex
-	refs map[netip.Addr]int
-}{refs: make(map[netip.Addr]int)}
-
-func acquireVIPSeries(a netip.Addr) {
-	vipSeries.Lock()
-	vipSeries.refs[a]++
-	vipSeries.Unlock()
-}
-
-func releaseVIPSeries(a netip.Addr) {
-	vipSeries.Lock()
-	defer vipSeries.Unlock()
-	if vipSeries.refs[a]--; vipSeries.refs[a] <= 0 {
-		delete(vipSeries.refs, a)
-		targetState.DeleteLabelValues("", a.String())
-	}
-}
-
-// rederive asks the VIP loop to derive every VIP of h again.
+// rederive asks the VIP loop to derive every VIP of h again: a newer instance that wrote them
+// has left (a failed reload).
 func (h *HealthCheck) rederive() {
 	if run := h.cur.Load(); run != nil && run.kick != nil {
 		select {

@@ -28,24 +28,33 @@ func (lb *Loadbalancer) keys() []health.Key {
 }
 
 // derive computes the state of the VIP from its backends (HC-4): a group with no backend is
-// healthy (a passthrough load balancer); otherwise it stays Unknown until every backend has a
-// first verdict, then it is healthy when at least Threshold percent of them are healthy.
+// healthy (a passthrough load balancer); otherwise it is healthy when at least Threshold percent
+// of its backends are healthy. It is decided as soon as the backends without a verdict cannot
+// change that outcome whatever their verdicts will be, and Unknown only until then: a backend that
+// is never probed holds nothing back once the others settle it.
 func (lb *Loadbalancer) derive(backends []*health.Target) (health.State, string) {
-	if len(backends) == 0 {
+	n := len(backends)
+	if n == 0 {
 		return health.Healthy, "no backends"
 	}
-	ok := 0
+	ok, unknown := 0, 0
 	for _, t := range backends {
 		switch t.State() {
 		case health.Unknown:
-			return health.Unknown, ""
+			unknown++
 		case health.Healthy:
 			ok++
 		}
 	}
-	reason := fmt.Sprintf("%d/%d backends healthy, threshold %d%%", ok, len(backends), lb.Threshold)
-	if ok*100 >= lb.Threshold*len(backends) {
-		return health.Healthy, reason
+	reason := fmt.Sprintf("%d/%d backends healthy, threshold %d%%", ok, n, lb.Threshold)
+	if unknown > 0 {
+		reason += fmt.Sprintf(", %d without a verdict", unknown)
 	}
-	return health.Unhealthy, reason
+	switch {
+	case ok*100 >= lb.Threshold*n: // even if every undecided backend turns out unhealthy
+		return health.Healthy, reason
+	case (ok+unknown)*100 < lb.Threshold*n: // even if every undecided backend turns out healthy
+		return health.Unhealthy, reason
+	}
+	return health.Unknown, ""
 }

@@ -2,6 +2,7 @@ package healthcheck
 
 import (
 	"github.com/coredns/coredns/plugin"
+	"github.com/coresteer/coresteer/plugin/pkg/lifecycle"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -42,4 +43,11 @@ var (
 		Name:      "state_transitions_total",
 		Help:      "Counter of health state changes by check and new state; load-balancer VIPs have an empty check label.",
 	}, []string{"check", "to"})
+)
+
+// The series of a check and of a VIP are held by the instances that configure them and deleted
+// with the last (H-6); the registry deletes the target_state series of a probe when it stops.
+var (
+	checkSeries = lifecycle.NewSeries([]string{"check"}, probesTotal.MetricVec, probeDuration.MetricVec, transitions.MetricVec)
+	vipSeries   = lifecycle.NewSeries([]string{"check", "target"}, targetState.MetricVec)
 )

@@ -13,11 +13,14 @@ func (h *HealthCheck) Ready() bool {
 	if run.ready.Load() {
 		return true
 	}
-	for _, b := range run.probes {
-		if !b.t.Decided() {
+	run.mu.Lock()
+	for t := range run.bound {
+		if !t.Decided() {
+			run.mu.Unlock()
 			return false
 		}
 	}
+	run.mu.Unlock()
 	for _, v := range run.vips {
 		if !v.vip.Decided() {
 			return false

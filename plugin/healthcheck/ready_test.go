@@ -21,13 +21,8 @@ func testInstance(t *testing.T, corefile string, want ...health.Key) (*HealthChe
 	for _, ch := range cfg.checks {
 		d.DefineCheck(ch.Name)
 	}
-	for _, lb := range cfg.lbs {
-		for _, k := range lb.keys() {
-			d.Want(k)
-		}
-	}
 	for _, k := range want {
-		d.Want(k)
+		t.Cleanup(d.Want(k)) // a consumer's want, made before the block starts
 	}
 	clk := newFakeClock()
 	b := health.NewBoard(clk.Now)
@@ -64,14 +59,14 @@ func TestReadyH2(t *testing.T) {
 	if h.Ready() {
 		t.Fatal("ready before any verdict")
 	}
-	if tg := b.Lookup(ext); tg == nil || !tg.Checked() {
+	if _, checked := onBoard(b, ext); !checked {
 		t.Fatal("a consumer's wanted target is not published")
 	}
 	clk.Advance(5 * time.Second) // jitter is half the interval here
 	waitRounds(t, r, 3)
 	waitFor(t, "ready", h.Ready)
-	if st := b.Lookup(health.Key{Addr: netip.MustParseAddr("10.0.0.100")}).State(); st != health.Healthy {
-		t.Fatalf("VIP %v", st)
+	if st, _ := onBoard(b, health.Key{Addr: netip.MustParseAddr("10.0.0.100")}); st.State != health.Healthy {
+		t.Fatalf("VIP %v", st.State)
 	}
 
 	off, _, _, _ := testInstance(t, "healthcheck {\ncheck web\nready_wait off\n}", ext)
@@ -80,8 +75,9 @@ func TestReadyH2(t *testing.T) {
 	}
 }
 
-// HC-4: the VIP derives from its backends: unknown until each has a verdict, healthy at the
-// threshold, a group with no backend healthy.
+// HC-4: the VIP derives from its backends: healthy at the threshold, a group with no backend
+// healthy; it is decided as soon as the backends without a verdict cannot change the outcome,
+// and unknown only while they can.
 func TestDeriveHC4(t *testing.T) {
 	b := health.NewBoard(time.Now)
 	ts := make([]*health.Target, 0, 5)
@@ -92,13 +88,25 @@ func TestDeriveHC4(t *testing.T) {
 	if st, _ := lb.derive(nil); st != health.Healthy {
 		t.Fatalf("no backends: %v, want healthy", st)
 	}
-	b.Set(ts[0], health.Healthy, "")
 	if st, _ := lb.derive(ts); st != health.Unknown {
-		t.Fatalf("undecided backends: %v, want unknown", st)
+		t.Fatalf("no backend decided: %v, want unknown", st)
 	}
-	for _, tg := range ts[1:] {
-		b.Set(tg, health.Unhealthy, "")
+	b.Set(ts[0], health.Healthy, "")
+	if st, reason := lb.derive(ts); st != health.Healthy || reason != "1/5 backends healthy, threshold 20%, 4 without a verdict" {
+		t.Fatalf("1 of 5 healthy, 4 undecided, at 20%%: %v %q, want healthy (settled whatever the others say)", st, reason)
 	}
+	lb.Threshold = 60
+	b.Set(ts[1], health.Unhealthy, "")
+	b.Set(ts[2], health.Unhealthy, "")
+	if st, _ := lb.derive(ts); st != health.Unknown {
+		t.Fatalf("1 healthy, 2 unhealthy, 2 undecided at 60%%: %v, want unknown (3/5 still possible)", st)
+	}
+	b.Set(ts[3], health.Unhealthy, "")
+	if st, _ := lb.derive(ts); st != health.Unhealthy {
+		t.Fatalf("1 healthy, 3 unhealthy, 1 undecided at 60%%: %v, want unhealthy (at most 2/5)", st)
+	}
+	b.Set(ts[4], health.Unhealthy, "")
+	lb.Threshold = 20
 	if st, _ := lb.derive(ts); st != health.Healthy {
 		t.Fatalf("1/5 at 20%%: %v, want healthy", st)
 	}

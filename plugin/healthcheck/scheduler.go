@@ -465,13 +465,6 @@ func (r *Registry) detach(p *probe, t *health.Target) {
 	}
 }
 
-// Len returns the number of probes running, for tests and debugging.
-func (r *Registry) Len() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.probes)
-}
-
 // probeHeap orders probes by their next round.
 type probeHeap []*probe
 

@@ -248,8 +248,8 @@ func TestReloadKeepsCountersH4(t *testing.T) {
 	r.attach(p2, bt)
 	r.detach(p, bt)
 	r.release(p, run1)
-	if r.Len() != 1 || p.due != due {
-		t.Fatalf("after reload: %d probes, due %v (was %v)", r.Len(), p.due, due)
+	if probes(r) != 1 || p.due != due {
+		t.Fatalf("after reload: %d probes, due %v (was %v)", probes(r), p.due, due)
 	}
 	clk.Advance(10 * time.Second)
 	waitRounds(t, r, 3) // the second failure: the counter survived the reload
@@ -297,8 +297,8 @@ func TestReleaseStopsAtOnceH4(t *testing.T) {
 	<-started
 	r.release(p, run)
 	waitRounds(t, r, 1) // the cancelled round finishes at once
-	if r.Len() != 0 {
-		t.Fatalf("%d probes after the last release", r.Len())
+	if probes(r) != 0 {
+		t.Fatalf("%d probes after the last release", probes(r))
 	}
 	clk.Advance(time.Hour)
 	time.Sleep(5 * time.Millisecond)
@@ -328,7 +328,7 @@ func TestFailedReloadRevertsDefinition(t *testing.T) {
 	r.mu.Lock()
 	cur = p.run
 	r.mu.Unlock()
-	if cur != run1 || r.Len() != 1 {
+	if cur != run1 || probes(r) != 1 {
 		t.Fatalf("after the new instance released: run %p, want the old %p", cur, run1)
 	}
 	r.release(p, run1)

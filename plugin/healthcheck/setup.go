@@ -39,18 +39,12 @@ func setup(c *caddy.Controller) error {
 			return plugin.Error("healthcheck", fmt.Errorf("loadbalancer %s defined twice", lb.VIP))
 		}
 		// A check defined in a later server block is validated at startup, when every block has
-		// been set up.
-		for _, k := range lb.keys() {
-			d.Want(k)
-		}
+		// been set up; the backends are wanted at startup too.
 	}
 	h := &HealthCheck{cfg: cfg, board: health.Default, reg: defaultRegistry, demand: d, group: g}
 	g.add(h)
 
 	lifecycle.Hook(c, h.OnStartup, h.OnShutdown)
-	// A failed reload's instance may have set our VIPs from its own backends before it was shut
-	// down (lifecycle does that first): derive them again from ours.
-	c.OnRestartFailed(func() error { h.rederive(); return nil })
 	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
 		h.Next = next
 		return h

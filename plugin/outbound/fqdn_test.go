@@ -112,7 +112,10 @@ func TestFQDNTargetHealth(t *testing.T) {
 	r1 := startResolver(t, "127.0.0.31")
 	r2 := startResolverPort(t, "127.0.0.32", r1.port())
 	o := newHandler(t, "outbound example. {\nto resolvers.corp:"+r1.port()+"\nprivate 127.0.0.0/8\n}")
-	board := health.NewBoard(time.Now)
+	// The board calls its clock when it creates a target (and when a state changes): counting the
+	// calls tells whether an Acquire found the target held.
+	var clock atomic.Int64
+	board := health.NewBoard(func() time.Time { clock.Add(1); return time.Now() })
 	o.board = board
 	dest := board.Acquire(health.Key{Addr: netip.MustParseAddr("127.0.0.31")})
 	board.Publish(dest)
@@ -134,7 +137,9 @@ func TestFQDNTargetHealth(t *testing.T) {
 		t.Errorf("P-4: unhealthy resolved target got %d queries, healthy one %d", r1.queries.Load(), r2.queries.Load())
 	}
 	o.stop()
-	if board.Lookup(health.Key{Addr: netip.MustParseAddr("127.0.0.32")}) != nil {
+	before := clock.Load()
+	board.Release(board.Acquire(health.Key{Addr: netip.MustParseAddr("127.0.0.32")}))
+	if clock.Load() == before {
 		t.Errorf("board entry of a resolved target not released at shutdown")
 	}
 	board.Release(dest)

@@ -139,11 +139,16 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 // destState is the state of a destination on the process board, and whether it is published.
 func destState(k health.Key) (health.State, bool) {
-	t := health.Default.Lookup(k)
-	if t == nil {
-		return health.Unknown, false
-	}
-	return t.State(), t.Checked()
+	st, checked := onBoard(k)
+	return st.State, checked
+}
+
+// onBoard returns the status of k on the process board and whether something publishes it. It
+// holds k only while it looks.
+func onBoard(k health.Key) (health.Status, bool) {
+	t := health.Default.Acquire(k)
+	defer health.Default.Release(t)
+	return t.Status(), t.Checked()
 }
 
 // compositeMetric reads coredns_pschealth_composite_state for composite and state.
@@ -251,17 +256,14 @@ func TestEndToEndFailover(t *testing.T) {
 			})
 
 			// H-4: a real reload keeps the verdict and logs nothing new.
-			var before health.Status
-			if tg := health.Default.Lookup(a.destKey); tg != nil {
-				before = tg.Status()
-			}
+			before, _ := onBoard(a.destKey)
 			lines := logs.Count(`"svc-a"`)
 			if err := s.Reload(cf + "\n# reloaded\n"); err != nil {
 				t.Fatal(err)
 			}
 			if !dry {
-				if tg := health.Default.Lookup(a.destKey); tg == nil || tg.Status() != before || !tg.Checked() {
-					t.Errorf("reload changed destination A: %+v -> %v", before, tg)
+				if st, checked := onBoard(a.destKey); st != before || !checked {
+					t.Errorf("reload changed destination A: %+v -> %+v (published %v)", before, st, checked)
 				}
 			}
 			if compositeMetric(t, "svc-a", "unhealthy") != 1 {

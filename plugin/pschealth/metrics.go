@@ -2,9 +2,9 @@ package pschealth
 
 import (
 	"slices"
-	"sync"
 
 	"github.com/coredns/coredns/plugin"
+	"github.com/coresteer/coresteer/plugin/pkg/lifecycle"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
@@ -63,41 +63,14 @@ var (
 
 var states = []string{"healthy", "unhealthy", "unknown"}
 
-// series reference-counts the label sets of sources and composites: a reload starts the new
-// instance before the old one stops, so the old one deletes only what nobody uses any more.
-var series = struct {
-	sync.Mutex
-	refs map[[2]string]int
-}{refs: map[[2]string]int{}}
-
-func retainSeries(kind, name string) {
-	series.Lock()
-	series.refs[[2]string{kind, name}]++
-	series.Unlock()
-}
-
-func releaseSeries(kind, name string) {
-	series.Lock()
-	defer series.Unlock()
-	k := [2]string{kind, name}
-	if series.refs[k]--; series.refs[k] > 0 {
-		return
-	}
-	delete(series.refs, k)
-	switch kind {
-	case "composite":
-		l := prometheus.Labels{"composite": name}
-		compositeState.DeletePartialMatch(l)
-		compositePublished.DeletePartialMatch(l)
-		compositeChanges.DeletePartialMatch(l)
-	case "source":
-		l := prometheus.Labels{"source": name}
-		sourceState.DeletePartialMatch(l)
-		sourceBackends.DeletePartialMatch(l)
-		sourceMinHealthy.DeletePartialMatch(l)
-		sourceMinHealthyPercent.DeletePartialMatch(l)
-	}
-}
+// The series of a composite and of a source are held by the instances that configure them and
+// deleted with the last (H-6): a composite whose destination changes loses the series under the
+// old one.
+var (
+	compositeSeries = lifecycle.NewSeries([]string{"composite", "destination"}, compositeState.MetricVec, compositePublished.MetricVec)
+	compositeNames  = lifecycle.NewSeries([]string{"composite"}, compositeChanges.MetricVec)
+	sourceSeries    = lifecycle.NewSeries([]string{"source"}, sourceState.MetricVec, sourceBackends.MetricVec, sourceMinHealthy.MetricVec, sourceMinHealthyPercent.MetricVec)
+)
 
 // stateGauges are the per-state series of one source or composite, resolved once.
 type stateGauges [3]prometheus.Gauge

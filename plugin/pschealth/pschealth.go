@@ -27,7 +27,8 @@ var log = clog.NewWithPlugin(pluginName)
 type PSCHealth struct {
 	cfg    *Config
 	board  *health.Board
-	memory *health.Board // dry-run states, kept across reloads like the real ones
+	memory *health.Board  // dry-run states, kept across reloads like the real ones
+	demand *health.Demand // the Corefile instance's: the backends are wanted probed through it
 
 	mu      sync.Mutex // guards the lifecycle fields below
 	running bool
@@ -49,7 +50,7 @@ type PSCHealth struct {
 
 // New returns a PSCHealth for cfg that reads and writes board. Nothing runs before OnStartup.
 func New(cfg *Config, board *health.Board) *PSCHealth {
-	return &PSCHealth{cfg: cfg, board: board, memory: memoryOf(board)}
+	return &PSCHealth{cfg: cfg, board: board, memory: memoryOf(board), demand: health.NewDemand()}
 }
 
 // ServeDNS passes the query on: pschealth only writes health state.

@@ -28,13 +28,8 @@ func setup(c *caddy.Controller) error {
 	if err := registryOf(c).claim(cfg); err != nil {
 		return plugin.Error(pluginName, err)
 	}
-	for _, s := range cfg.Sources {
-		for _, k := range s.Backends {
-			d.Want(k)
-		}
-	}
-
 	p := New(cfg, health.Default)
+	p.demand = d // the backends are wanted from OnStartup on
 	lifecycle.Hook(c, p.OnStartup, p.OnShutdown)
 
 	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {

@@ -4,8 +4,10 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coresteer/coresteer/plugin/pkg/health"
 )
 
@@ -201,7 +203,8 @@ func TestRegistryAcrossBlocks(t *testing.T) {
 }
 
 // setup through a controller: the check must be defined by healthcheck (DemandOf), and the
-// backends are wanted from healthcheck with the source's check (port 0 = the check's port).
+// backends are wanted from healthcheck with the source's check (port 0 = the check's port), from
+// startup to shutdown (H-6); setup itself takes nothing.
 func TestSetupWantsBackends(t *testing.T) {
 	c := caddy.NewTestController("dns", "pschealth {\nsource s {\nbackends 127.0.0.1 127.0.0.2:8080\ncheck web\n}\ncomposite c {\nsources s\ndestination 127.0.9.1\n}\n}")
 	if err := setup(c); err == nil || !strings.Contains(err.Error(), `check "web" is not defined by healthcheck (defined: none)`) {
@@ -213,12 +216,43 @@ func TestSetupWantsBackends(t *testing.T) {
 	if err := setup(c); err != nil {
 		t.Fatal(err)
 	}
-	got := d.Wanted()
+	probed := serve(t, d, "web")
+	if len(probed) != 0 {
+		t.Fatalf("setup wanted %v", probed)
+	}
+	p := dnsserver.GetConfig(c).Plugin[0](nil).(*PSCHealth)
+	p.board, p.memory = health.NewBoard(time.Now), health.NewBoard(time.Now)
+	if err := p.OnStartup(); err != nil {
+		t.Fatal(err)
+	}
 	want := []health.Key{
 		{Check: "web", Addr: netip.MustParseAddr("127.0.0.1")},
 		{Check: "web", Addr: netip.MustParseAddr("127.0.0.2"), Port: 8080},
 	}
-	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
-		t.Errorf("wanted = %v, want %v", got, want)
+	if len(probed) != len(want) || probed[want[0]] != 1 || probed[want[1]] != 1 {
+		t.Errorf("probed = %v, want %v", probed, want)
 	}
+	if err := p.OnShutdown(); err != nil {
+		t.Fatal(err)
+	}
+	if len(probed) != 0 {
+		t.Errorf("probed after shutdown: %v", probed)
+	}
+}
+
+// serve plays healthcheck for checks on d: it records the pairs d has it probe.
+func serve(t *testing.T, d *health.Demand, checks ...string) map[health.Key]int {
+	t.Helper()
+	probed := map[health.Key]int{}
+	for _, ck := range checks {
+		t.Cleanup(d.Serve(ck, func(k health.Key) func() {
+			probed[k]++
+			return func() {
+				if probed[k]--; probed[k] == 0 {
+					delete(probed, k)
+				}
+			}
+		}))
+	}
+	return probed
 }

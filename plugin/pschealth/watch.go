@@ -2,12 +2,25 @@ package pschealth
 
 import (
 	"github.com/coresteer/coresteer/plugin/pkg/health"
+	"github.com/coresteer/coresteer/plugin/pkg/lifecycle"
 )
+
+// writers orders the instances that compute one composite (keyed by its destination's target)
+// or one source (keyed by board and name): during a reload only the newest writes the state and
+// the metrics, so the new Corefile's policy is the one whose result stands (H-6).
+var writers = lifecycle.NewWriters()
+
+type sourceKey struct {
+	board *health.Board
+	name  string
+}
 
 // sourceRun is a source at run time: its backend targets and its metric series.
 type sourceRun struct {
 	src      *Source
 	targets  []*health.Target
+	wants    []func() // the probe demand of its backends
+	writer   *lifecycle.Writer
 	state    stateGauges
 	backends stateGauges
 	verdict  verdict
@@ -20,6 +33,7 @@ type compositeRun struct {
 	target    *health.Target // on the board, or on the memory board when not published
 	board     *health.Board  // where target lives
 	real      *health.Target // the destination on the board, held to detect other writers
+	writer    *lifecycle.Writer
 	published bool
 	dryRun    bool
 	state     stateGauges
@@ -27,10 +41,10 @@ type compositeRun struct {
 	states    []health.State
 }
 
-// OnStartup acquires the backends and destinations, publishes the destinations (unless
-// dry_run), computes every composite once and then recomputes whenever the board reports a
-// change of a backend (no polling). A reload acquires here before the old instance releases in
-// its OnShutdown, so backend and composite states survive it (H-4).
+// OnStartup acquires the backends and destinations, wants the backends probed, publishes the
+// destinations (unless dry_run), computes every composite once and then recomputes whenever the
+// board reports a change of a backend (no polling). A reload acquires here before the old
+// instance releases in its OnShutdown, so backend and composite states survive it (H-4).
 func (p *PSCHealth) OnStartup() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -39,19 +53,32 @@ func (p *PSCHealth) OnStartup() error {
 	}
 	p.running = true
 	p.watched = map[health.Key]bool{}
+	p.wake = make(chan struct{}, 1)
+	wake := p.wake
+	// A newer instance that wrote our composites or sources has left: compute and write again.
+	rewrite := func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
 
 	runs := map[*Source]*sourceRun{}
 	for _, s := range p.cfg.Sources {
 		r := &sourceRun{src: s}
 		for _, k := range s.Backends {
 			r.targets = append(r.targets, p.board.Acquire(k))
+			r.wants = append(r.wants, p.demand.Want(k))
 			p.watched[k] = true
 		}
-		retainSeries("source", s.Name)
+		r.writer, _ = writers.Join(sourceKey{p.board, s.Name}, rewrite)
+		sourceSeries.Hold(s.Name)
 		r.state = newStateGauges(sourceState, s.Name)
 		r.backends = newStateGauges(sourceBackends, s.Name)
-		sourceMinHealthy.WithLabelValues(s.Name).Set(float64(s.Policy.MinCount))
-		sourceMinHealthyPercent.WithLabelValues(s.Name).Set(float64(s.Policy.MinPercent))
+		r.writer.Write(func() {
+			sourceMinHealthy.WithLabelValues(s.Name).Set(float64(s.Policy.MinCount))
+			sourceMinHealthyPercent.WithLabelValues(s.Name).Set(float64(s.Policy.MinPercent))
+		})
 		runs[s] = r
 		p.srcs = append(p.srcs, r)
 	}
@@ -77,20 +104,21 @@ func (p *PSCHealth) OnStartup() error {
 		} else {
 			r.target, r.board = p.memory.Acquire(comp.Key()), p.memory
 		}
-		retainSeries("composite", comp.Name)
+		r.writer, _ = writers.Join(r.real, rewrite)
+		compositeSeries.Hold(comp.Name, dest)
+		compositeNames.Hold(comp.Name)
 		r.state = newStateGauges(compositeState, comp.Name, dest)
 		pub := 0.0
 		if r.published {
 			pub = 1
 		}
-		compositePublished.WithLabelValues(comp.Name, dest).Set(pub)
+		r.writer.Write(func() { compositePublished.WithLabelValues(comp.Name, dest).Set(pub) })
 		p.comps = append(p.comps, r)
 	}
 
-	p.wake = make(chan struct{}, 1)
 	p.stop = make(chan struct{})
 	p.done = make(chan struct{})
-	watched, wake := p.watched, p.wake
+	watched := p.watched
 	// Subscribe before the first computation, so a change in between wakes the loop.
 	p.cancel = p.board.Subscribe(func(c health.Change) {
 		if watched[c.Key] {
@@ -120,9 +148,10 @@ func (p *PSCHealth) loop(wake, stop, done chan struct{}) {
 	}
 }
 
-// OnShutdown stops the loop, unpublishes the destinations and releases every target. A
-// destination nobody publishes any more goes back to Unknown, so a consumer that still holds it
-// serves it (H-2) instead of keeping a stale Unhealthy.
+// OnShutdown stops the loop, unpublishes the destinations and gives back every target, want and
+// metric series. A destination nobody publishes any more goes back to Unknown, so a consumer that
+// still holds it serves it (H-2) instead of keeping a stale Unhealthy. It also runs when a failed
+// reload abandons this instance (plugin/pkg/lifecycle).
 func (p *PSCHealth) OnShutdown() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -136,6 +165,7 @@ func (p *PSCHealth) OnShutdown() error {
 	p.ready.Store(false)
 
 	for _, r := range p.comps {
+		r.writer.Leave()
 		if r.published {
 			if unpublish(p.board, r.real) {
 				p.board.Set(r.real, health.Unknown, "no longer published by pschealth")
@@ -144,20 +174,25 @@ func (p *PSCHealth) OnShutdown() error {
 			p.memory.Release(r.target)
 		}
 		p.board.Release(r.real)
-		releaseSeries("composite", r.comp.Name)
+		compositeSeries.Release(r.comp.Name, r.comp.Destination.String())
+		compositeNames.Release(r.comp.Name)
 	}
 	for _, r := range p.srcs {
+		r.writer.Leave()
+		for _, release := range r.wants {
+			release()
+		}
 		for _, t := range r.targets {
 			p.board.Release(t)
 		}
-		releaseSeries("source", r.src.Name)
+		sourceSeries.Release(r.src.Name)
 	}
 	p.srcs, p.comps, p.watched = nil, nil, nil
 	return nil
 }
 
-// evaluate recomputes every source and composite from the backend states and writes the
-// composites whose state changed. It runs in OnStartup and then only in loop.
+// evaluate recomputes every source and composite from the backend states and writes those of
+// which this instance is the newest writer. It runs in OnStartup and then only in loop.
 func (p *PSCHealth) evaluate() {
 	seen := p.seen.Load()
 	defer p.evaluated.Store(seen)
@@ -174,10 +209,12 @@ func (p *PSCHealth) evaluate() {
 			}
 		}
 		r.verdict = verdict{src: r.src, tally: t, state: r.src.Policy.Evaluate(t)}
-		r.state.set(r.verdict.state.String())
-		r.backends[0].Set(float64(t.Healthy))
-		r.backends[1].Set(float64(t.Unhealthy))
-		r.backends[2].Set(float64(t.Unknown))
+		r.writer.Write(func() {
+			r.state.set(r.verdict.state.String())
+			r.backends[0].Set(float64(t.Healthy))
+			r.backends[1].Set(float64(t.Unhealthy))
+			r.backends[2].Set(float64(t.Unknown))
+		})
 	}
 
 	decided := true
@@ -187,19 +224,22 @@ func (p *PSCHealth) evaluate() {
 			r.states[i] = s.verdict.state
 		}
 		state := Combine(r.states)
-		if state == health.Unknown {
+		// P-6: a dry-run composite, or one another writer owns, has no effect on consumers, so
+		// readiness does not wait for it.
+		if state == health.Unknown && r.published {
 			decided = false
 		}
-		if old := r.target.State(); old != state {
-			why := cause(state, r.verdicts)
-			// false: another instance (a reload in progress) wrote it first.
-			if r.board.Set(r.target, state, why) {
-				compositeChanges.WithLabelValues(r.comp.Name, state.String()).Inc()
-				p.logChange(r, old, state, why)
+		r.writer.Write(func() {
+			if old := r.target.State(); old != state {
+				why := cause(state, r.verdicts)
+				if r.board.Set(r.target, state, why) {
+					compositeChanges.WithLabelValues(r.comp.Name, state.String()).Inc()
+					p.logChange(r, old, state, why)
+				}
 			}
-		}
-		// The gauge last: whoever sees it change sees the board and the log line already written.
-		r.state.set(state.String())
+			// The gauge last: whoever sees it change sees the board and the log line already written.
+			r.state.set(state.String())
+		})
 	}
 	p.ready.Store(decided)
 }

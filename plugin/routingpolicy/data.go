@@ -229,7 +229,6 @@ func newPolicy(spec *setSpec, zoneName string, loc *region.Locator, geoCache map
 			it.weight = is.weight
 			p.items = append(p.items, it)
 		}
-		p.setShares()
 	case Geo:
 		if err := p.addGeoItems(spec, spec.items, t); err != nil {
 			return nil, err
@@ -363,21 +362,6 @@ func newRR(name string, ttl uint32, qtype uint16, rdata, origin string) (dns.RR,
 		}
 	}
 	return rr, nil
-}
-
-// setShares publishes the configured share of each WRR item (R-WRR-2, R-WRR-3).
-func (p *policy) setShares() {
-	var total float64
-	for _, it := range p.items {
-		total += it.weight
-	}
-	for _, it := range p.items {
-		share := 1 / float64(len(p.items))
-		if total > 0 {
-			share = it.weight / total
-		}
-		wrrConfiguredShare.WithLabelValues(p.zone, p.label, it.label).Set(share)
-	}
 }
 
 // relName makes name fully qualified relative to origin: "@" is the origin, a name ending in a

@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"github.com/coresteer/coresteer/plugin/pkg/health"
+	"github.com/coresteer/coresteer/plugin/pkg/lifecycle"
 )
 
 // each calls fn for every address of every item of p, the failover backup included.
@@ -35,34 +36,27 @@ func (p *policy) checks() []string {
 	return out
 }
 
-// wanted returns the (check, address) pairs d wants probed.
-func (d *data) wanted() []health.Key {
-	var out []health.Key
+// checkChecks returns an error when a record set names a check that no healthcheck block of the
+// Corefile defines, for inline data at setup and for every file reload alike (R-ZONE-3).
+func (d *data) checkChecks(demand *health.Demand) error {
 	for _, p := range d.policies {
-		p.each(func(a *addr) {
-			if a.explicit {
-				out = append(out, a.key)
+		for _, ck := range p.checks() {
+			if !demand.HasCheck(ck) {
+				return fmt.Errorf("%s %s: healthcheck %q is not defined (define it with a healthcheck block)", p.kind, p.label, ck)
 			}
-		})
+		}
 	}
-	return out
+	return nil
 }
 
 // acquire resolves every address of d to its board target: Key{CHECK, ADDR} for an address its
 // record set checks, Key{"", ADDR} for the others, which count as checked when a load-balancer
-// VIP or a pschealth destination publishes them.
-//
-// An address whose record set names a check is also asked of that check's prober, so an address
-// that a file reload adds is probed as the ones known when the Corefile loaded were (those are
-// probed already: asking again only adds a reference, H-3).
+// VIP or a pschealth destination publishes them. R-SEC-1 is checked against them.
 func (d *data) acquire(b *health.Board) {
 	for _, p := range d.policies {
 		p.each(func(a *addr) {
 			if a.hasKey {
 				a.t = b.Acquire(a.key)
-			}
-			if a.explicit {
-				a.unprobe, _ = b.Probe(a.key)
 			}
 		})
 	}
@@ -72,13 +66,65 @@ func (d *data) acquire(b *health.Board) {
 func (d *data) release(b *health.Board) {
 	for _, p := range d.policies {
 		p.each(func(a *addr) {
-			if a.unprobe != nil {
-				a.unprobe()
-			}
 			if a.t != nil {
 				b.Release(a.t)
 			}
 		})
+	}
+}
+
+// holdings is what the data a block serves states beyond its board targets: the probe demand of
+// its health-checked addresses and its metric series.
+type holdings struct {
+	wants  []func()
+	items  [][3]string // zone, name, item: held in itemSeries
+	sets   [][2]string // zone, name: held in setSeries
+	shares []*lifecycle.Writer
+}
+
+// declare makes d what the block serves, once every check passed: it wants the addresses its
+// record sets check probed (H-6: the same call at startup and on a file reload, released by
+// withdraw on a file reload, at shutdown, and when a failed reload is abandoned) and holds its
+// metric series, setting the configured shares.
+func (d *data) declare(demand *health.Demand) *holdings {
+	h := &holdings{}
+	for _, p := range d.policies {
+		p.each(func(a *addr) {
+			if a.explicit {
+				h.wants = append(h.wants, demand.Want(a.key))
+			}
+		})
+		h.sets = append(h.sets, [2]string{p.zone, p.label})
+		setSeries.Hold(p.zone, p.label)
+		for q := p; q != nil; q = q.backup {
+			for _, it := range q.items {
+				h.items = append(h.items, [3]string{p.zone, p.label, it.label})
+				itemSeries.Hold(p.zone, p.label, it.label)
+			}
+		}
+		if p.kind == WRR {
+			var w *lifecycle.Writer
+			w, _ = shareWriters.Join([2]string{p.zone, p.label}, func() { w.Write(p.setShares) })
+			w.Write(p.setShares)
+			h.shares = append(h.shares, w)
+		}
+	}
+	return h
+}
+
+// withdraw gives back what declare took.
+func (h *holdings) withdraw() {
+	for _, release := range h.wants {
+		release()
+	}
+	for _, w := range h.shares {
+		w.Leave()
+	}
+	for _, k := range h.items {
+		itemSeries.Release(k[:]...)
+	}
+	for _, k := range h.sets {
+		setSeries.Release(k[:]...)
 	}
 }
 

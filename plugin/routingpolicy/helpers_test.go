@@ -64,18 +64,22 @@ func loadErr(block string) error {
 // set publishes k on b and gives it state s, as a healthcheck would.
 func set(b *health.Board, check, ip string, s health.State) {
 	k := health.Key{Check: check, Addr: netip.MustParseAddr(ip)}
-	t := b.Lookup(k)
+	m := published[b]
+	if m == nil {
+		m = map[health.Key]*health.Target{}
+		published[b] = m
+	}
+	t := m[k]
 	if t == nil {
 		t = b.Acquire(k)
-	}
-	if !published[t] {
-		published[t] = true
 		b.Publish(t)
+		m[k] = t
 	}
 	b.Set(t, s, "test")
 }
 
-var published = map[*health.Target]bool{}
+// published holds what set published, by board: the tests' own references.
+var published = map[*health.Board]map[health.Key]*health.Target{}
 
 // ask sends name/qtype from client to rp and returns the answer.
 func ask(tb testing.TB, rp *RoutingPolicy, name string, qtype uint16, client string) *dns.Msg {

@@ -3,18 +3,19 @@ package routingpolicy_test
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
-	"github.com/coresteer/coresteer/plugin/pkg/health"
 
 	"github.com/miekg/dns"
 	"go.uber.org/goleak"
 )
 
 // TestIntegrationReloadNoLeak reloads a Corefile whose block runs a file reload loop and checks
-// that no goroutine outlives the server, and that the board targets follow the configuration.
+// that no goroutine outlives the server, and that the metric series follow the configuration
+// (H-6): a record set that a reload removes, or the shutdown, takes its series with it.
 func TestIntegrationReloadNoLeak(t *testing.T) {
 	opts := append(coretest.ServerLoops(), goleak.IgnoreCurrent())
 	defer func() {
@@ -64,13 +65,18 @@ func TestIntegrationReloadNoLeak(t *testing.T) {
 	if err != nil || len(m.Answer) != 1 {
 		t.Fatalf("after reloads: %v %v", m, err)
 	}
-	if health.Default.Lookup(health.Key{Addr: mustAddr("192.0.2.77")}) == nil {
-		t.Fatal("target released while still configured")
+	const share = "coredns_routingpolicy_wrr_configured_share"
+	if got := series(t, share, "name"); !slices.Equal(got, []string{"w2.example.org./A", "www.example.org./A"}) {
+		t.Fatalf("%s names %v after reloads", share, got)
+	}
+	if err := s.Reload(corefile("")); err != nil {
+		t.Fatal(err)
+	}
+	if got := series(t, share, "name"); !slices.Equal(got, []string{"www.example.org./A"}) {
+		t.Fatalf("%s names %v after a reload removed w2", share, got)
 	}
 	s.Stop()
-	for _, a := range []string{"192.0.2.77", "192.0.2.78"} {
-		if health.Default.Lookup(health.Key{Addr: mustAddr(a)}) != nil {
-			t.Fatalf("target %s still on the board after shutdown", a)
-		}
+	if got := series(t, share, "name"); len(got) != 0 {
+		t.Fatalf("%s names %v after shutdown", share, got)
 	}
 }

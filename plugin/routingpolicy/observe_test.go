@@ -33,7 +33,8 @@ func TestMetadata(t *testing.T) {
 	rp, _ := newTest(t, `routingpolicy example.org {`+geoLoc+`
 		geo www A 60 "us-east1=10.0.1.1;europe-west2=10.0.2.1"
 	}`)
-	md := metadata.Metadata{Zones: []string{"."}, Providers: []metadata.Provider{rp}}
+	// The metadata plugin makes the context; routingpolicy sets its values when a policy answers.
+	md := metadata.Metadata{Zones: []string{"."}}
 	ctx := md.Collect(context.Background(), newRequest("www.example.org."))
 	m := new(dns.Msg)
 	m.SetQuestion("www.example.org.", dns.TypeA)
@@ -66,8 +67,8 @@ func TestMetricsServedShare(t *testing.T) {
 		t.Fatalf("configured share of item 1: %v", got)
 	}
 	// Counters are process-wide: compare before and after.
-	c0 := answersTotal.WithLabelValues("", "metrics.test.", "www.metrics.test./A", "wrr", "0")
-	c1 := answersTotal.WithLabelValues("", "metrics.test.", "www.metrics.test./A", "wrr", "1")
+	c0 := answersTotal.WithLabelValues("", "metrics.test.", "www.metrics.test./A", "0", "wrr")
+	c1 := answersTotal.WithLabelValues("", "metrics.test.", "www.metrics.test./A", "1", "wrr")
 	b0, b1 := value(t, c0), value(t, c1)
 	fb := geoFallbacksTotal.WithLabelValues("", "metrics.test.", "g.metrics.test./A")
 	fo := failOpenTotal.WithLabelValues("", "metrics.test.", "www.metrics.test./A")
@@ -125,7 +126,8 @@ func TestReady(t *testing.T) {
 	if !rp.Ready() {
 		t.Fatal("not ready while nothing publishes the target")
 	}
-	tg := b.Lookup(health.Key{Check: "web", Addr: mustAddr("10.0.0.1")})
+	tg := b.Acquire(health.Key{Check: "web", Addr: mustAddr("10.0.0.1")})
+	defer b.Release(tg)
 	b.Publish(tg)
 	defer b.Unpublish(tg)
 	if rp.Ready() {

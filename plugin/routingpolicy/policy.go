@@ -48,7 +48,6 @@ type addr struct {
 	hasKey   bool
 	explicit bool
 	t        *health.Target // set by acquire; nil means always healthy
-	unprobe  func()         // set by acquire for an explicit check: gives the probe demand back
 }
 
 // checked reports whether the address is health-checked: its record set names a check, or

@@ -23,9 +23,10 @@ import (
 
 // RoutingPolicy is the handler of one routingpolicy block.
 type RoutingPolicy struct {
-	cfg   *Config
-	data  atomic.Pointer[data]
-	board *health.Board
+	cfg    *Config
+	data   atomic.Pointer[data]
+	board  *health.Board
+	demand *health.Demand // the Corefile instance's: checks defined, probes wanted
 	// rnd returns uniform 64-bit values. The default is math/rand/v2's runtime source, which has
 	// per-thread state and no lock; tests set a seeded one.
 	rnd func() uint64
@@ -36,7 +37,8 @@ type RoutingPolicy struct {
 	stop    chan struct{}
 	done    chan struct{}
 	started bool
-	dnssec  bool // dnssec is in the server block: R-SEC-1 applies to reloaded data too
+	held    *holdings // what the served data declared, while started
+	dnssec  bool      // dnssec is in the server block: R-SEC-1 applies to reloaded data too
 	stamps  [2]fileStamp
 
 	Next plugin.Handler
@@ -44,7 +46,7 @@ type RoutingPolicy struct {
 
 // New returns a handler for cfg serving d.
 func New(cfg *Config, d *data) *RoutingPolicy {
-	rp := &RoutingPolicy{cfg: cfg, board: health.Default, rnd: rand.Uint64}
+	rp := &RoutingPolicy{cfg: cfg, board: health.Default, demand: health.NewDemand(), rnd: rand.Uint64}
 	rp.data.Store(d)
 	t := cfg.Locator.Table
 	rp.mdRegion = make([]func() string, t.Len()+1)
@@ -113,12 +115,12 @@ func (rp *RoutingPolicy) account(ctx context.Context, us []used, src region.ID) 
 	server := metrics.WithServer(ctx)
 	for i := range us {
 		p, o := us[i].p, &us[i].o
-		inc(o.it.served, answersTotal, server, p.zone, p.label, p.kind.String(), o.it.label)
+		inc(o.it.served, itemSeries, answersTotal, server, p.zone, p.label, o.it.label, p.kind.String())
 		if o.failOpen {
-			inc(&p.failOpen, failOpenTotal, server, p.zone, p.label)
+			inc(&p.failOpen, setSeries, failOpenTotal, server, p.zone, p.label)
 		}
 		if o.fallback {
-			inc(&p.fallback, geoFallbacksTotal, server, p.zone, p.label)
+			inc(&p.fallback, setSeries, geoFallbacksTotal, server, p.zone, p.label)
 		}
 	}
 	last := &us[len(us)-1]
@@ -129,13 +131,8 @@ func (rp *RoutingPolicy) account(ctx context.Context, us []used, src region.ID) 
 	}
 }
 
-// Metadata implements metadata.Provider; the values are set by ServeDNS once a policy answered.
-func (rp *RoutingPolicy) Metadata(ctx context.Context, _ request.Request) context.Context {
-	return ctx
-}
-
-// OnStartup acquires the board targets, checks the server block for dnssec (R-SEC-1) and cache,
-// and starts the reload loop.
+// OnStartup acquires the board targets, checks the server block for dnssec (R-SEC-1) and
+// outbound, declares the data (probe demand, metric series) and starts the reload loop.
 func (rp *RoutingPolicy) OnStartup(conf *dnsserver.Config) error {
 	rp.mu.Lock()
 	defer rp.mu.Unlock()
@@ -144,21 +141,18 @@ func (rp *RoutingPolicy) OnStartup(conf *dnsserver.Config) error {
 	}
 	d := rp.data.Load()
 	d.acquire(rp.board)
-	rp.started = true
 	if conf != nil {
 		if conf.Handler("dnssec") != nil {
 			rp.dnssec = true
 			// R-SEC-1, now that the board knows which addresses are derived VIPs.
 			if err := d.checkDNSSEC(); err != nil {
 				d.release(rp.board)
-				rp.started = false
 				return plugin.Error("routingpolicy", err)
 			}
 		}
 		if f, ok := conf.Handler("outbound").(forwarder); ok {
 			if err := d.checkForwarded(f); err != nil {
 				d.release(rp.board)
-				rp.started = false
 				return plugin.Error("routingpolicy", err)
 			}
 		}
@@ -166,6 +160,9 @@ func (rp *RoutingPolicy) OnStartup(conf *dnsserver.Config) error {
 			log.Warningf("cache is in the server block of %v: it does not key on the client's region, so one region's answer is served to every region until it expires", rp.cfg.Zones)
 		}
 	}
+	rp.held = d.declare(rp.demand)
+	zoneSeries.Hold(rp.cfg.Zones[0])
+	rp.started = true
 	if rp.cfg.Reload > 0 && (rp.cfg.ZoneFile != "" || rp.cfg.RecordSets != "") {
 		rp.stop = make(chan struct{})
 		rp.done = make(chan struct{})
@@ -174,7 +171,8 @@ func (rp *RoutingPolicy) OnStartup(conf *dnsserver.Config) error {
 	return nil
 }
 
-// OnShutdown stops the reload loop and releases the board targets.
+// OnShutdown stops the reload loop and gives back what the served data took. It also runs when
+// a failed reload abandons this instance (plugin/pkg/lifecycle).
 func (rp *RoutingPolicy) OnShutdown() error {
 	rp.mu.Lock()
 	stop, done := rp.stop, rp.done
@@ -187,8 +185,10 @@ func (rp *RoutingPolicy) OnShutdown() error {
 	rp.mu.Lock()
 	defer rp.mu.Unlock()
 	if rp.started {
+		rp.held.withdraw()
 		rp.data.Load().release(rp.board)
-		rp.started = false
+		zoneSeries.Release(rp.cfg.Zones[0])
+		rp.held, rp.started = nil, false
 	}
 	return nil
 }
@@ -208,6 +208,9 @@ func (rp *RoutingPolicy) reloadLoop(every time.Duration, stop, done chan struct{
 }
 
 // reloadIfChanged re-reads the files when one changed. A broken file keeps the last good data.
+// New data passes the checks of the Corefile's (R-ZONE-3: a check it names must be defined,
+// R-SEC-1 with dnssec) before it is declared and served; then the old data withdraws, so an address
+// the files no longer name stops being probed at once (H-6).
 func (rp *RoutingPolicy) reloadIfChanged(now time.Time) bool {
 	stamps := [2]fileStamp{stampOf(rp.cfg.ZoneFile), stampOf(rp.cfg.RecordSets)}
 	rp.mu.Lock()
@@ -217,28 +220,33 @@ func (rp *RoutingPolicy) reloadIfChanged(now time.Time) bool {
 	}
 	rp.stamps = stamps
 	zone := rp.cfg.Zones[0]
-	d, err := rp.cfg.load(now)
-	if err != nil {
+	refuse := func(what string, err error) bool {
 		reloadsTotal.WithLabelValues(zone, "failure").Inc()
-		log.Errorf("Reload of %v failed, serving the last good data: %v", rp.cfg.Zones, err)
+		log.Errorf("Reload of %v %s, serving the last good data: %v", rp.cfg.Zones, what, err)
 		return false
 	}
-	if rp.started {
+	d, err := rp.cfg.load(now)
+	if err != nil {
+		return refuse("failed", err)
+	}
+	if err := d.checkChecks(rp.demand); err != nil {
+		return refuse("refused", err)
+	}
+	if !rp.started {
+		rp.data.Store(d) // OnStartup will acquire and declare it
+	} else {
 		d.acquire(rp.board)
-	}
-	if rp.dnssec {
-		if err := d.checkDNSSEC(); err != nil {
-			if rp.started {
+		if rp.dnssec {
+			if err := d.checkDNSSEC(); err != nil {
 				d.release(rp.board)
+				return refuse("refused", err)
 			}
-			reloadsTotal.WithLabelValues(zone, "failure").Inc()
-			log.Errorf("Reload of %v refused, serving the last good data: %v", rp.cfg.Zones, err)
-			return false
 		}
-	}
-	old := rp.data.Swap(d)
-	if rp.started {
+		held := d.declare(rp.demand)
+		old := rp.data.Swap(d)
+		rp.held.withdraw()
 		old.release(rp.board)
+		rp.held = held
 	}
 	reloadsTotal.WithLabelValues(zone, "success").Inc()
 	log.Infof("Reloaded %v: %d policy record sets", rp.cfg.Zones, len(d.policies))

@@ -49,18 +49,12 @@ func setup(c *caddy.Controller) error {
 			return plugin.Error("routingpolicy", err)
 		}
 		// The health plugins set up before us (chain order), so every check of this Corefile is
-		// defined by now.
-		for _, p := range d.policies {
-			for _, ck := range p.checks() {
-				if !demand.HasCheck(ck) {
-					return plugin.Error("routingpolicy", fmt.Errorf("%s %s: healthcheck %q is not defined (define it with a healthcheck block)", p.kind, p.label, ck))
-				}
-			}
-		}
-		for _, k := range d.wanted() {
-			demand.Want(k)
+		// defined by now. The checked addresses are wanted probed from OnStartup on.
+		if err := d.checkChecks(demand); err != nil {
+			return plugin.Error("routingpolicy", err)
 		}
 		rp := New(cfg, d)
+		rp.demand = demand
 		conf := dnsserver.GetConfig(c)
 		lifecycle.Hook(c, func() error { return rp.OnStartup(conf) }, rp.OnShutdown)
 		conf.AddPlugin(func(next plugin.Handler) plugin.Handler {

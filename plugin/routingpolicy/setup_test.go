@@ -3,8 +3,10 @@ package routingpolicy
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coresteer/coresteer/plugin/pkg/health"
 
 	"github.com/miekg/dns"
@@ -118,10 +120,28 @@ func TestSetupHealthcheckDefined(t *testing.T) {
 	if err := setup(c); err != nil {
 		t.Fatal(err)
 	}
-	// The contract: every checked address is wanted.
-	want := d.Wanted()
-	if len(want) != 2 || want[0].Check != "web" || want[0].Addr.String() != "10.0.0.1" {
-		t.Fatalf("wanted: %v", want)
+	// The contract (H-6): every checked address is wanted from startup to shutdown, through the
+	// instance's Demand; setup itself takes nothing.
+	probed := map[health.Key]bool{}
+	stop := d.Serve("web", func(k health.Key) func() {
+		probed[k] = true
+		return func() { delete(probed, k) }
+	})
+	defer stop()
+	if len(probed) != 0 {
+		t.Fatalf("setup wanted %v", probed)
+	}
+	rp := dnsserver.GetConfig(c).Plugin[0](nil).(*RoutingPolicy)
+	rp.board = health.NewBoard(time.Now)
+	if err := rp.OnStartup(nil); err != nil {
+		t.Fatal(err)
+	}
+	if len(probed) != 2 || !probed[health.Key{Check: "web", Addr: mustAddr("10.0.0.1")}] || !probed[health.Key{Check: "web", Addr: mustAddr("10.0.0.2")}] {
+		t.Fatalf("probed after startup: %v", probed)
+	}
+	rp.OnShutdown()
+	if len(probed) != 0 {
+		t.Fatalf("probed after shutdown: %v", probed)
 	}
 }
 

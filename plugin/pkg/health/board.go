@@ -8,7 +8,6 @@ package health
 import (
 	"net/netip"
 	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,16 +54,6 @@ func (k Key) String() string {
 		return a
 	}
 	return k.Check + "/" + a
-}
-
-func (k Key) less(o Key) bool {
-	if k.Check != o.Check {
-		return k.Check < o.Check
-	}
-	if k.Addr != o.Addr {
-		return k.Addr.Less(o.Addr)
-	}
-	return k.Port < o.Port
 }
 
 // Status is the state of a target with the time and reason of its last change (H-1).
@@ -114,9 +103,8 @@ func (t *Target) Status() Status { return *t.status.Load() }
 type Board struct {
 	now func() time.Time
 
-	mu      sync.RWMutex
+	mu      sync.Mutex
 	targets map[Key]*Target
-	probers map[string]Prober
 
 	// subs is replaced, never changed in place, so notify reads it without a lock and a
 	// subscriber may itself write the board.
@@ -162,14 +150,6 @@ func (b *Board) Release(t *Target) {
 	if t.refs <= 0 && b.targets[t.key] == t {
 		delete(b.targets, t.key)
 	}
-}
-
-// Lookup returns the target for k, or nil when nothing holds it.
-func (b *Board) Lookup(k Key) *Target {
-	b.mu.RLock()
-	t := b.targets[k]
-	b.mu.RUnlock()
-	return t
 }
 
 // Publish marks t as checked by one more publisher; Unpublish undoes it.
@@ -227,24 +207,4 @@ func (b *Board) swapSubs(edit func([]subscriber) []subscriber) {
 	}
 	next := edit(cur)
 	b.subs.Store(&next)
-}
-
-// Entry is one line of a Snapshot.
-type Entry struct {
-	Key     Key
-	Status  Status
-	Checked bool
-	Refs    int
-}
-
-// Snapshot returns every target on the board, sorted by key, for metrics and debugging.
-func (b *Board) Snapshot() []Entry {
-	b.mu.RLock()
-	out := make([]Entry, 0, len(b.targets))
-	for k, t := range b.targets {
-		out = append(out, Entry{Key: k, Status: t.Status(), Checked: t.Checked(), Refs: t.refs})
-	}
-	b.mu.RUnlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].Key.less(out[j].Key) })
-	return out
 }

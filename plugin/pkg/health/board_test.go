@@ -31,6 +31,13 @@ func newTestBoard() (*Board, *fakeClock) {
 
 var addr1 = netip.MustParseAddr("192.0.2.1")
 
+// held returns the target b holds for k, or nil.
+func held(b *Board, k Key) *Target {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.targets[k]
+}
+
 // H-1: states Unknown, Healthy, Unhealthy with the time and reason of the last change.
 func TestStatesWithTimeAndReason(t *testing.T) {
 	b, clock := newTestBoard()
@@ -118,12 +125,12 @@ func TestReloadKeepsState(t *testing.T) {
 	if next.State() != Unhealthy {
 		t.Fatalf("state after reload = %v, want unhealthy", next.State())
 	}
-	if b.Lookup(k) != next {
+	if held(b, k) != next {
 		t.Fatal("target gone after reload")
 	}
 
 	b.Release(next)
-	if b.Lookup(k) != nil {
+	if held(b, k) != nil {
 		t.Fatal("target still on the board after its last release")
 	}
 	if again := b.Acquire(k); again.State() != Unknown {
@@ -195,23 +202,6 @@ func TestSubscriberMayWrite(t *testing.T) {
 	}
 }
 
-func TestSnapshotSorted(t *testing.T) {
-	b, _ := newTestBoard()
-	b.Acquire(Key{Check: "web", Addr: netip.MustParseAddr("192.0.2.2")})
-	b.Acquire(Key{Check: "web", Addr: addr1})
-	b.Acquire(Key{Addr: netip.MustParseAddr("198.51.100.1")})
-	s := b.Snapshot()
-	want := []string{"198.51.100.1", "web/192.0.2.1", "web/192.0.2.2"}
-	if len(s) != len(want) {
-		t.Fatalf("snapshot has %d entries, want %d", len(s), len(want))
-	}
-	for i, e := range s {
-		if e.Key.String() != want[i] {
-			t.Errorf("entry %d = %s, want %s", i, e.Key, want[i])
-		}
-	}
-}
-
 // H-5: readers never block on writers; run with -race.
 func TestConcurrentReadersAndWriters(t *testing.T) {
 	b, _ := newTestBoard()
@@ -254,7 +244,7 @@ func TestConcurrentReadersAndWriters(t *testing.T) {
 				_ = tg.Healthy()
 				_ = tg.Checked()
 				_ = tg.Status()
-				if b.Lookup(keys[i%len(keys)]) != tg {
+				if held(b, keys[i%len(keys)]) != tg {
 					t.Error("lookup returned another target while it was held")
 					return
 				}
@@ -278,48 +268,4 @@ func BenchmarkTargetHealthy(b *testing.B) {
 			}
 		}
 	})
-}
-
-func BenchmarkLookup(b *testing.B) {
-	board := NewBoard(time.Now)
-	k := Key{Check: "web", Addr: addr1}
-	board.Acquire(k)
-	b.ReportAllocs()
-	for b.Loop() {
-		if board.Lookup(k) == nil {
-			b.Fatal("missing")
-		}
-	}
-}
-
-type countingProber struct{ wanted map[Key]int }
-
-func (p *countingProber) Probe(k Key) func() {
-	p.wanted[k]++
-	return func() { p.wanted[k]-- }
-}
-
-func TestProberRegistry(t *testing.T) {
-	b, _ := newTestBoard()
-	k := Key{Check: "web", Addr: addr1}
-	if rel, ok := b.Probe(k); ok {
-		rel()
-		t.Fatal("a check without a prober was probed")
-	}
-	old, next := &countingProber{wanted: map[Key]int{}}, &countingProber{wanted: map[Key]int{}}
-	b.SetProber("web", old)
-	b.SetProber("web", next) // a reload's new instance takes over
-	b.ClearProber("web", old)
-	rel, ok := b.Probe(k)
-	if !ok || next.wanted[k] != 1 || old.wanted[k] != 0 {
-		t.Fatalf("probe went to the wrong prober: ok=%v old=%v new=%v", ok, old.wanted, next.wanted)
-	}
-	rel()
-	if next.wanted[k] != 0 {
-		t.Fatal("release did not give the demand back")
-	}
-	b.ClearProber("web", next)
-	if _, ok := b.Probe(k); ok {
-		t.Fatal("a cleared prober still probes")
-	}
 }

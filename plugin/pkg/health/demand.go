@@ -7,14 +7,42 @@ import (
 	"github.com/coredns/caddy"
 )
 
-// Demand collects, during the setup of one Corefile instance, the checks that are defined and
-// the targets that consumers want probed. healthcheck reads it at startup, so a target is probed
-// once however many record sets, zones or server blocks name it (H-3). A reload builds a new
-// Demand; the old instance's probes are released by its shutdown.
+// Demand is the probe demand of one Corefile instance, for the instance's whole life: the checks
+// its healthcheck blocks define, and the (check, target) pairs its consumers want probed.
+//
+// H-6, the one way in. A consumer (a routingpolicy record set, a pschealth source, a healthcheck
+// load balancer) calls Want when it starts naming a pair, at startup or later (a file reload),
+// and calls the release it got when it stops naming it (a file reload, its shutdown, or the
+// abandon of a failed reload, plugin/pkg/lifecycle). The healthcheck block that defines a check
+// serves it from its startup to its shutdown (Serve): it is handed every pair wanted with that
+// check, made before or after, and each pair's stop when its last want is released or when the
+// block stops serving. Nothing else starts or stops a probe.
+//
+// The invariant kept here: while an instance lives, the pairs its blocks probe are exactly the
+// pairs its consumers want, with a check one of its blocks serves. The probe registry of
+// healthcheck adds the instances up, probing each pair once (H-3) and keeping its verdict while
+// any instance wants it (H-4); so what the process probes is what the live configuration names,
+// during a reload the union of the old and the new one. A failed reload's instance gives back its
+// wants and stops serving; the surviving instance's Demand was never touched, so its file
+// reloads go on as before.
 type Demand struct {
-	mu     sync.Mutex
-	checks map[string]bool
-	wanted map[Key]bool
+	mu      sync.Mutex
+	checks  map[string]bool
+	servers map[string]func(Key) (stop func()) // by check, while its block runs
+	wants   map[Key]*want
+}
+
+// want is one wanted pair: how many consumers want it, and the stop of its probe while a block
+// serves its check.
+type want struct {
+	refs int
+	stop func()
+}
+
+// NewDemand returns an empty Demand. Plugins get their instance's with DemandOf; tests of a single
+// plugin make their own.
+func NewDemand() *Demand {
+	return &Demand{checks: make(map[string]bool), servers: make(map[string]func(Key) func()), wants: make(map[Key]*want)}
 }
 
 type demandKey struct{}
@@ -24,13 +52,13 @@ func DemandOf(c *caddy.Controller) *Demand {
 	if d, ok := c.Get(demandKey{}).(*Demand); ok {
 		return d
 	}
-	d := &Demand{checks: make(map[string]bool), wanted: make(map[Key]bool)}
+	d := NewDemand()
 	c.Set(demandKey{}, d)
 	return d
 }
 
-// DefineCheck records that a check named name exists in this instance. It returns false when
-// the name was defined already.
+// DefineCheck records, at setup, that a check named name exists in this instance. It returns
+// false when the name was defined already.
 func (d *Demand) DefineCheck(name string) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -60,21 +88,61 @@ func (d *Demand) Checks() []string {
 	return out
 }
 
-// Want asks for k to be probed.
-func (d *Demand) Want(k Key) {
+// Want asks for k to be probed with the check k.Check, until release is called. Asking for a
+// pair already wanted only counts one more consumer (H-3). release may be called more than once.
+func (d *Demand) Want(k Key) (release func()) {
 	d.mu.Lock()
-	d.wanted[k] = true
+	w := d.wants[k]
+	if w == nil {
+		w = &want{}
+		d.wants[k] = w
+		if probe := d.servers[k.Check]; probe != nil {
+			w.stop = probe(k)
+		}
+	}
+	w.refs++
 	d.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			if w.refs--; w.refs > 0 {
+				return
+			}
+			delete(d.wants, k)
+			if w.stop != nil {
+				w.stop()
+			}
+		})
+	}
 }
 
-// Wanted returns every key asked for, sorted by check and address.
-func (d *Demand) Wanted() []Key {
+// Serve makes probe the prober of check in this instance until cancel is called: probe is called
+// for every pair wanted with check, now and later, and the stop it returns when the pair is no
+// longer wanted or at cancel. One block defines a check (DefineCheck), so one serves it. probe and
+// its stops run with the Demand locked: they must not call back into it.
+func (d *Demand) Serve(check string, probe func(Key) (stop func())) (cancel func()) {
 	d.mu.Lock()
-	out := make([]Key, 0, len(d.wanted))
-	for k := range d.wanted {
-		out = append(out, k)
+	d.servers[check] = probe
+	for k, w := range d.wants {
+		if k.Check == check {
+			w.stop = probe(k)
+		}
 	}
 	d.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].less(out[j]) })
-	return out
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			delete(d.servers, check)
+			for k, w := range d.wants {
+				if k.Check == check && w.stop != nil {
+					w.stop()
+					w.stop = nil
+				}
+			}
+		})
+	}
 }
