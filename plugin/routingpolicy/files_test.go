@@ -175,3 +175,35 @@ func TestReloadKeepsLastGood(t *testing.T) {
 		t.Fatal("unchanged file reloaded")
 	}
 }
+
+// HC-4 (issue 11, item 3): a load balancer listed in healthCheckedTargets.internalLoadBalancers is
+// a VIP whose health derives from its backends, never probed by the record set's check, whether
+// or not external endpoints are listed beside it: the same data gives one behaviour.
+func TestInternalLoadBalancersAreDerivedHC4(t *testing.T) {
+	for name, targets := range map[string]string{
+		"load balancers only": `{"internalLoadBalancers": [{"ipAddress": "10.128.0.10"}]}`,
+		"with an endpoint":    `{"internalLoadBalancers": [{"ipAddress": "10.128.0.10"}], "externalEndpoints": ["198.51.100.1"]}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			body := `[{"name": "www.example.org.", "type": "A", "ttl": 30, "routingPolicy": {"healthCheck": "web", "geo": {"items": [` +
+				`{"location": "us-east1", "healthCheckedTargets": ` + targets + `}]}}}]`
+			_, sets, _, err := parseRecordSets([]byte(body), "rs.json")
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := build([]string{"example.org."}, mustLocator(t), nil, sets, fixedNow)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d.policies[0].each(func(a *addr) {
+				ilb := a.key.Addr == mustAddr("10.128.0.10")
+				if ilb && (a.explicit || a.key.Check != "") {
+					t.Errorf("the load balancer %s is probed by the check (key %v)", a.key.Addr, a.key)
+				}
+				if !ilb && (!a.explicit || a.key.Check != "web") {
+					t.Errorf("the endpoint %s is not probed by the check (key %v)", a.key.Addr, a.key)
+				}
+			})
+		})
+	}
+}

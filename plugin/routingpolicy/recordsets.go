@@ -242,6 +242,7 @@ func (rs *apiRecordSet) convert(file string) ([]dns.RR, *setSpec, error) {
 		s.check = path.Base(rp.HealthCheck)
 	}
 	eps := map[netip.Addr]bool{}
+	ilbs := false
 	addTargets := func(t *apiTargets) ([]string, error) {
 		if t == nil {
 			return nil, nil
@@ -261,6 +262,7 @@ func (rs *apiRecordSet) convert(file string) ([]dns.RR, *setSpec, error) {
 			}
 			// A load-balancer VIP is checked through its derived state on the board, not by the
 			// record set's check.
+			ilbs = true
 			ips = append(ips, l.IPAddress)
 		}
 		return ips, nil
@@ -316,9 +318,10 @@ func (rs *apiRecordSet) convert(file string) ([]dns.RR, *setSpec, error) {
 		s.backup = items
 		s.trickle = pb.TrickleTraffic
 	}
-	if s.check != "" && len(eps) > 0 {
-		// Only the listed external endpoints are probed by the check; with none listed the
-		// check applies to every address.
+	if s.check != "" && (len(eps) > 0 || ilbs) {
+		// Only the listed external endpoints are probed by the check, whether or not load
+		// balancers are listed beside them; with no target listed the check applies to every
+		// address.
 		s.endpoints = eps
 	}
 	return nil, s, nil
