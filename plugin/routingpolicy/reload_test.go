@@ -1,0 +1,154 @@
+package routingpolicy
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coresteer/coresteer/plugin/pkg/health"
+
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// seriesNames returns the sorted distinct "name" labels of metric in the process registry, for
+// record sets of zone.
+func seriesNames(t *testing.T, metric, zone string) []string {
+	t.Helper()
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, mf := range mfs {
+		if mf.GetName() != metric {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				l[lp.GetName()] = lp.GetValue()
+			}
+			if l["zone"] == zone {
+				out = append(out, l["name"]+l["result"]) // reloads_total has no name, a result
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// reloadFile returns a handler serving the record-set file it writes with write.
+func reloadFile(t *testing.T, zone, first string) (*RoutingPolicy, *health.Board, func(body string)) {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "rs.yaml")
+	version := 0
+	write := func(body string) {
+		t.Helper()
+		if err := os.WriteFile(f, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		version++
+		when := fixedNow.Add(time.Duration(version) * time.Second)
+		if err := os.Chtimes(f, when, when); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(first)
+	rp, b := newTest(t, `routingpolicy `+zone+` {
+		reload 0
+		recordsets `+f+`
+	}`)
+	return rp, b, write
+}
+
+// H-6 (issue 11, item 6): the series of a record set that a file reload removes are deleted, those
+// of the sets it keeps stay, and everything goes at shutdown.
+func TestFileReloadDeletesSeriesH6(t *testing.T) {
+	const zone = "series.test."
+	rp, _, write := reloadFile(t, zone, `
+- {name: a.series.test., type: A, routingPolicy: {wrr: {items: [{weight: 1, rrdatas: [10.0.0.1]}, {weight: 3, rrdatas: [10.0.0.2]}]}}}
+- {name: b.series.test., type: A, routingPolicy: {wrr: {items: [{weight: 1, rrdatas: [10.0.0.3]}]}}}
+`)
+	for _, n := range []string{"a.series.test.", "b.series.test."} {
+		ask(t, rp, n, dns.TypeA, "10.1.1.1")
+	}
+	both := []string{"a.series.test./A", "b.series.test./A"}
+	for _, m := range []string{"coredns_routingpolicy_wrr_configured_share", "coredns_routingpolicy_answers_total"} {
+		if got := seriesNames(t, m, zone); !slices.Equal(got, both) {
+			t.Fatalf("%s before the reload: %v", m, got)
+		}
+	}
+	write(`- {name: a.series.test., type: A, routingPolicy: {wrr: {items: [{weight: 1, rrdatas: [10.0.0.1]}]}}}
+`)
+	if !rp.reloadIfChanged(fixedNow) {
+		t.Fatal("the file was not reloaded")
+	}
+	ask(t, rp, "a.series.test.", dns.TypeA, "10.1.1.1")
+	for _, m := range []string{"coredns_routingpolicy_wrr_configured_share", "coredns_routingpolicy_answers_total"} {
+		if got := seriesNames(t, m, zone); !slices.Equal(got, []string{"a.series.test./A"}) {
+			t.Errorf("%s after the reload removed b: %v", m, got)
+		}
+	}
+	// The item the reload removed (a's second) goes too.
+	if v := testItems(t, zone, "a.series.test./A"); !slices.Equal(v, []string{"0"}) {
+		t.Errorf("wrr_configured_share items of a after the reload: %v", v)
+	}
+	rp.OnShutdown()
+	for _, m := range []string{"coredns_routingpolicy_wrr_configured_share", "coredns_routingpolicy_answers_total", "coredns_routingpolicy_reloads_total"} {
+		if got := seriesNames(t, m, zone); len(got) != 0 {
+			t.Errorf("%s after shutdown: %v", m, got)
+		}
+	}
+}
+
+func testItems(t *testing.T, zone, name string) []string {
+	t.Helper()
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, mf := range mfs {
+		if mf.GetName() != "coredns_routingpolicy_wrr_configured_share" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				l[lp.GetName()] = lp.GetValue()
+			}
+			if l["zone"] == zone && l["name"] == name {
+				out = append(out, l["item"])
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// H-6 (issue 11, item 6): wrr_configured_share is exported for data that loaded, not for data
+// that a check then refuses (R-SEC-1 with dnssec).
+func TestConfiguredShareOnlyForLoadedDataH6(t *testing.T) {
+	const zone = "share.test."
+	rp, b, write := reloadFile(t, zone, `- {name: ok.share.test., type: A, routingPolicy: {wrr: {items: [{weight: 1, rrdatas: [10.0.0.1]}]}}}
+`)
+	rp.dnssec = true
+	// 10.0.0.5 is a load-balancer VIP (checked), 10.0.0.6 is not: with dnssec, a policy cannot mix them.
+	set(b, "", "10.0.0.5", health.Healthy)
+	write(`- {name: ok.share.test., type: A, routingPolicy: {wrr: {items: [{weight: 1, rrdatas: [10.0.0.1]}]}}}
+- {name: refused.share.test., type: A, routingPolicy: {wrr: {items: [{weight: 1, rrdatas: [10.0.0.5]}, {weight: 1, rrdatas: [10.0.0.6]}]}}}
+`)
+	if rp.reloadIfChanged(fixedNow) {
+		t.Fatal("data breaking R-SEC-1 was loaded")
+	}
+	if got := seriesNames(t, "coredns_routingpolicy_wrr_configured_share", zone); !slices.Equal(got, []string{"ok.share.test./A"}) {
+		t.Errorf("wrr_configured_share names %v, want only the loaded data's", got)
+	}
+	if got := addrs(ask(t, rp, "refused.share.test.", dns.TypeA, "10.1.1.1")); strings.Contains(got, "10.0.0.5") {
+		t.Errorf("the refused data is served: %s", got)
+	}
+}

@@ -1,0 +1,289 @@
+package test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coresteer/coresteer/plugin/pkg/health"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// probeTargets are real HTTP servers on loopback addresses, one port for all, that count the
+// probes they receive by path (one per check: /CHECK) and source address. Addresses listed in
+// failing answer 503.
+type probeTargets struct {
+	port    uint16
+	servers []*http.Server
+
+	mu   sync.Mutex
+	seen map[probeKey]*probeSeen
+}
+
+// probeKey is one (check, target, prober source) triple.
+type probeKey struct {
+	check, target, source string
+}
+
+type probeSeen struct {
+	n    int
+	last time.Time
+}
+
+// startProbeTargets listens on every address of addrs on one port free on all of them.
+func startProbeTargets(t *testing.T, addrs []string, failing ...string) *probeTargets {
+	t.Helper()
+	pt := &probeTargets{seen: map[probeKey]*probeSeen{}}
+	handler := func(target string, ok bool) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			src, _, _ := net.SplitHostPort(r.RemoteAddr)
+			k := probeKey{check: strings.TrimPrefix(r.URL.Path, "/"), target: target, source: src}
+			pt.mu.Lock()
+			s := pt.seen[k]
+			if s == nil {
+				s = &probeSeen{}
+				pt.seen[k] = s
+			}
+			s.n++
+			s.last = time.Now()
+			pt.mu.Unlock()
+			if !ok {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				return
+			}
+			io.WriteString(w, "ok\n")
+		})
+	}
+	for range 20 {
+		lns, err := listenAll(addrs)
+		if err != nil {
+			continue // the port is taken on one of the addresses: another one
+		}
+		_, p, _ := net.SplitHostPort(lns[0].Addr().String())
+		n, _ := strconv.Atoi(p)
+		pt.port = uint16(n)
+		for i, ln := range lns {
+			srv := &http.Server{ReadHeaderTimeout: time.Second, Handler: handler(addrs[i], !slices.Contains(failing, addrs[i]))}
+			srv.SetKeepAlivesEnabled(false)
+			pt.servers = append(pt.servers, srv)
+			go func() { _ = srv.Serve(ln) }()
+		}
+		t.Cleanup(pt.close)
+		return pt
+	}
+	t.Fatal("no port free on every probe target address")
+	return nil
+}
+
+// listenAll listens on one port on every address: the first one's, chosen by the kernel.
+func listenAll(addrs []string) ([]net.Listener, error) {
+	first, err := net.Listen("tcp", addrs[0]+":0")
+	if err != nil {
+		return nil, err
+	}
+	_, port, _ := net.SplitHostPort(first.Addr().String())
+	lns := []net.Listener{first}
+	for _, a := range addrs[1:] {
+		ln, err := net.Listen("tcp", net.JoinHostPort(a, port))
+		if err != nil {
+			for _, l := range lns {
+				l.Close()
+			}
+			return nil, err
+		}
+		lns = append(lns, ln)
+	}
+	return lns, nil
+}
+
+func (pt *probeTargets) close() {
+	for _, s := range pt.servers {
+		_ = s.Close()
+	}
+	pt.servers = nil
+}
+
+// count returns how many probes k received and when the last one came.
+func (pt *probeTargets) count(k probeKey) (int, time.Time) {
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	if s := pt.seen[k]; s != nil {
+		return s.n, s.last
+	}
+	return 0, time.Time{}
+}
+
+// waitProbe waits until k receives a probe after since, or fails t at the deadline.
+func (pt *probeTargets) waitProbe(t *testing.T, k probeKey, since time.Time, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		if _, last := pt.count(k); last.After(since) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%v: no probe within %s", k, within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// published reports whether something publishes k on the process board: a probe of healthcheck,
+// a load balancer, a composite. It holds k only while it looks.
+func published(k health.Key) bool {
+	t := health.Default.Acquire(k)
+	defer health.Default.Release(t)
+	return t.Checked()
+}
+
+// seriesOf returns the sorted distinct values of label over the series of metric name: scraped
+// from the prometheus plugin at url, or read from the process registry when url is empty.
+func seriesOf(t *testing.T, url, name, label string) []string {
+	t.Helper()
+	var out []string
+	for _, labels := range scrape(t, url, name) {
+		if v, ok := labels[label]; ok {
+			out = append(out, v)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// scrape returns the label sets of the series of metric name, from url (the prometheus plugin's
+// /metrics) or, for an empty url, from the process registry.
+func scrape(t *testing.T, url, name string) []map[string]string {
+	t.Helper()
+	if url == "" {
+		mfs, err := prometheus.DefaultGatherer.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []map[string]string
+		for _, mf := range mfs {
+			if mf.GetName() != name {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				l := map[string]string{}
+				for _, lp := range m.GetLabel() {
+					l[lp.GetName()] = lp.GetValue()
+				}
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	body := fetchMetrics(t, url)
+	var out []map[string]string
+	sc := bufio.NewScanner(strings.NewReader(body))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || (rest != "" && rest[0] != '{' && rest[0] != ' ') {
+			continue // a comment, another metric, or one whose name starts with name
+		}
+		l := map[string]string{}
+		if strings.HasPrefix(rest, "{") {
+			end := strings.LastIndex(rest, "}")
+			for _, m := range labelRE.FindAllStringSubmatch(rest[1:end], -1) {
+				v, err := strconv.Unquote(`"` + m[2] + `"`)
+				if err != nil {
+					t.Fatalf("label %s in %q: %v", m[1], line, err)
+				}
+				l[m[1]] = v
+			}
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+var labelRE = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"`)
+
+// metricsClient keeps no idle connection: the test counts its file descriptors.
+var metricsClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}}
+
+// fetchMetrics reads url, retrying for a while: the prometheus plugin's listener is handed from
+// instance to instance across a reload.
+func fetchMetrics(t *testing.T, url string) string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := metricsClient.Get(url)
+		if err == nil {
+			b, rerr := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if rerr == nil && resp.StatusCode == http.StatusOK {
+				return string(b)
+			}
+			err = fmt.Errorf("status %d, %v", resp.StatusCode, rerr)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("scraping %s: %v", url, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// counterValue returns the value of the series of metric name whose labels include want, or 0.
+func counterValue(t *testing.T, url, name string, want map[string]string) float64 {
+	t.Helper()
+	body := fetchMetrics(t, url)
+	sc := bufio.NewScanner(strings.NewReader(body))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		rest, ok := strings.CutPrefix(line, name+"{")
+		if !ok {
+			continue
+		}
+		end := strings.LastIndex(rest, "}")
+		l := map[string]string{}
+		for _, m := range labelRE.FindAllStringSubmatch(rest[:end], -1) {
+			l[m[1]] = m[2]
+		}
+		match := true
+		for k, v := range want {
+			if l[k] != v {
+				match = false
+			}
+		}
+		if match {
+			v, err := strconv.ParseFloat(strings.TrimSpace(rest[end+1:]), 64)
+			if err != nil {
+				t.Fatalf("value of %q: %v", line, err)
+			}
+			return v
+		}
+	}
+	return 0
+}
+
+// openFDs counts the open file descriptors of the process.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+// addrPort formats a target as the healthcheck metrics label it: ADDRESS:PORT.
+func addrPort(addr string, port uint16) string {
+	return netip.AddrPortFrom(netip.MustParseAddr(addr), port).String()
+}

@@ -1,0 +1,188 @@
+package test
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coresteer/coresteer/plugin/pkg/coretest"
+)
+
+// fileCorefile is a server with one HTTP check probing from source, a record-set file reloaded
+// every second, and the prometheus plugin at metrics; extra goes after the server block.
+func fileCorefile(check string, port uint16, source, file, metrics, extra string) string {
+	return fmt.Sprintf(`lifecycle.test:0 {
+	bind 127.0.0.1
+	prometheus %s
+	healthcheck {
+		check %s {
+			protocol http
+			port %d
+			path /%s
+			interval 1s
+			timeout 500ms
+			prober us-east1 %s
+		}
+	}
+	routingpolicy {
+		recordsets %s
+		reload 1s
+	}
+}
+%s`, metrics, check, port, check, source, file, extra)
+}
+
+// writeRecordSets writes a record-set file with one WRR set "www" probed by check, an item per
+// address, dated version seconds after a fixed time so every version is a change.
+func writeRecordSets(t *testing.T, file, check string, version int, addrs ...string) {
+	t.Helper()
+	items := make([]string, 0, len(addrs))
+	for _, a := range addrs {
+		items = append(items, fmt.Sprintf(`{"weight": 1, "rrdatas": [%q]}`, a))
+	}
+	body := fmt.Sprintf(`[{"name": "www.lifecycle.test.", "type": "A", "ttl": 30, "routingPolicy": {"healthCheck": %q, "wrr": {"items": [%s]}}}]`,
+		check, strings.Join(items, ", "))
+	if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	when := time.Unix(1_700_000_000+int64(version), 0)
+	if err := os.Chtimes(file, when, when); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitFileReload waits until the zone's reloads_total for result passes from.
+func waitFileReload(t *testing.T, url, zone, result string, from float64) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for counterValue(t, url, "coredns_routingpolicy_reloads_total", map[string]string{"zone": zone, "result": result}) <= from {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s file reload of %s within 15s", result, zone)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// H-6 (issue 11, item 1): an address that a record-set file reload removes stops being probed at
+// once, and its target_state series goes; the addresses still named keep being probed.
+func TestFileReloadStopsItsProbesH6(t *testing.T) {
+	const check, src = "h6-file", "127.0.79.10"
+	pt := startProbeTargets(t, []string{"127.0.79.1", "127.0.79.2"})
+	file := filepath.Join(t.TempDir(), "rs.json")
+	writeRecordSets(t, file, check, 1, "127.0.79.1", "127.0.79.2")
+	metrics := "127.0.0.1:" + coretest.FreePort(t)
+	url := "http://" + metrics + "/metrics"
+	s := coretest.Start(t, fileCorefile(check, pt.port, src, file, metrics, ""))
+	a, b := probeKey{check, "127.0.79.1", src}, probeKey{check, "127.0.79.2", src}
+	start := time.Now()
+	pt.waitProbe(t, a, start, 10*time.Second)
+	pt.waitProbe(t, b, start, 10*time.Second)
+
+	before := counterValue(t, url, "coredns_routingpolicy_reloads_total", map[string]string{"zone": "lifecycle.test.", "result": "success"})
+	writeRecordSets(t, file, check, 2, "127.0.79.1")
+	waitFileReload(t, url, "lifecycle.test.", "success", before)
+	removed := time.Now()
+	nb, _ := pt.count(b)
+	if got := seriesOf(t, url, "coredns_healthcheck_target_state", "target"); slices.Contains(got, addrPort("127.0.79.2", pt.port)) {
+		t.Errorf("the removed address is still exported: %v", got)
+	}
+	// Two rounds of the address still named: two intervals have passed.
+	pt.waitProbe(t, a, removed, 10*time.Second)
+	_, last := pt.count(a)
+	pt.waitProbe(t, a, last, 10*time.Second)
+	// One probe may have been in flight when the reload released it.
+	if n, _ := pt.count(b); n > nb+1 {
+		t.Errorf("the removed address got %d probes after the file reload removed it", n-nb)
+	}
+	s.Stop()
+}
+
+// H-6 (issue 11, item 2): after a Corefile reload that fails (a listener that cannot bind), the
+// surviving instance's file reloads work as before: an address a file reload adds is probed.
+func TestFailedReloadKeepsFileReloadsH6(t *testing.T) {
+	const check, src = "h6-failed", "127.0.79.11"
+	pt := startProbeTargets(t, []string{"127.0.79.3", "127.0.79.4"})
+	file := filepath.Join(t.TempDir(), "rs.json")
+	writeRecordSets(t, file, check, 1, "127.0.79.3")
+	metrics := "127.0.0.1:" + coretest.FreePort(t)
+	url := "http://" + metrics + "/metrics"
+	cf := fileCorefile(check, pt.port, src, file, metrics, "")
+	s := coretest.Start(t, cf)
+	pt.waitProbe(t, probeKey{check, "127.0.79.3", src}, time.Now(), 10*time.Second)
+
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	_, port, _ := net.SplitHostPort(busy.Addr().String())
+	if err := s.Reload(fileCorefile(check, pt.port, src, file, metrics, "busy.test:"+port+" {\n\tbind 127.0.0.1\n\twhoami\n}\n")); err == nil {
+		t.Fatal("a reload onto a busy port succeeded")
+	}
+
+	before := counterValue(t, url, "coredns_routingpolicy_reloads_total", map[string]string{"zone": "lifecycle.test.", "result": "success"})
+	writeRecordSets(t, file, check, 2, "127.0.79.3", "127.0.79.4")
+	waitFileReload(t, url, "lifecycle.test.", "success", before)
+	pt.waitProbe(t, probeKey{check, "127.0.79.4", src}, time.Now(), 10*time.Second)
+	if got := seriesOf(t, url, "coredns_healthcheck_target_state", "target"); !slices.Contains(got, addrPort("127.0.79.4", pt.port)) {
+		t.Errorf("the added address is not exported: %v", got)
+	}
+	s.Stop()
+}
+
+// H-6 (issue 11, item 6): the series of a check, a target and a VIP that a Corefile reload
+// removes are deleted.
+func TestReloadDeletesHealthcheckSeriesH6(t *testing.T) {
+	pt := startProbeTargets(t, []string{"127.0.79.5"})
+	metrics := "127.0.0.1:" + coretest.FreePort(t)
+	url := "http://" + metrics + "/metrics"
+	cf := func(extra string) string {
+		return fmt.Sprintf(`lifecycle.test:0 {
+	bind 127.0.0.1
+	prometheus %s
+	healthcheck {
+		check h6-keep {
+			protocol http
+			port %d
+			path /h6-keep
+			interval 1s
+			timeout 500ms
+		}
+		%s
+	}
+	whoami
+}
+`, metrics, pt.port, extra)
+	}
+	s := coretest.Start(t, cf(fmt.Sprintf(`check h6-gone {
+			protocol http
+			port %d
+			path /h6-gone
+			interval 1s
+			timeout 500ms
+		}
+		loadbalancer 10.79.0.1 {
+			backends 127.0.79.5
+			check h6-gone
+		}`, pt.port)))
+	if got := seriesOf(t, url, "coredns_healthcheck_probes_total", "check"); !slices.Contains(got, "h6-gone") {
+		t.Fatalf("probes_total checks %v", got)
+	}
+	if err := s.Reload(cf("")); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"coredns_healthcheck_probes_total", "coredns_healthcheck_probe_duration_seconds_bucket", "coredns_healthcheck_state_transitions_total", "coredns_healthcheck_target_state"} {
+		if got := seriesOf(t, url, m, "check"); slices.Contains(got, "h6-gone") {
+			t.Errorf("%s still has the removed check: %v", m, got)
+		}
+	}
+	if got := seriesOf(t, url, "coredns_healthcheck_target_state", "target"); slices.Contains(got, "10.79.0.1") || slices.Contains(got, addrPort("127.0.79.5", pt.port)) {
+		t.Errorf("target_state still has the removed VIP or backend: %v", got)
+	}
+	s.Stop()
+}
