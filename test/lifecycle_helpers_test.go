@@ -152,14 +152,7 @@ func published(k health.Key) bool {
 // from the prometheus plugin at url, or read from the process registry when url is empty.
 func seriesOf(t *testing.T, url, name, label string) []string {
 	t.Helper()
-	var out []string
-	for _, labels := range scrape(t, url, name) {
-		if v, ok := labels[label]; ok {
-			out = append(out, v)
-		}
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
+	return labelValues(scrape(t, url, name), label)
 }
 
 // scrape returns the label sets of the series of metric name, from url (the prometheus plugin's
@@ -186,7 +179,12 @@ func scrape(t *testing.T, url, name string) []map[string]string {
 		}
 		return out
 	}
-	body := fetchMetrics(t, url)
+	return parseSeries(t, fetchMetrics(t, url), name)
+}
+
+// parseSeries returns the label sets of the series of metric name in body, a text exposition.
+func parseSeries(t *testing.T, body, name string) []map[string]string {
+	t.Helper()
 	var out []map[string]string
 	sc := bufio.NewScanner(strings.NewReader(body))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -210,6 +208,18 @@ func scrape(t *testing.T, url, name string) []map[string]string {
 		out = append(out, l)
 	}
 	return out
+}
+
+// labelValues returns the sorted distinct values of label in series.
+func labelValues(series []map[string]string, label string) []string {
+	var out []string
+	for _, l := range series {
+		if v, ok := l[label]; ok {
+			out = append(out, v)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 var labelRE = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"`)
@@ -273,14 +283,63 @@ func counterValue(t *testing.T, url, name string, want map[string]string) float6
 	return 0
 }
 
-// openFDs counts the open file descriptors of the process.
-func openFDs(t *testing.T) int {
+// openFDsBut counts the open file descriptors of the process, but for the sockets whose local
+// address (IP:PORT) is one of skip.
+func openFDsBut(t *testing.T, skip []string) int {
+	t.Helper()
+	local := socketAddrs(t)
+	n := 0
+	for _, target := range fdTargets(t) {
+		if inode, ok := strings.CutPrefix(target, "socket:["); ok && slices.Contains(skip, local[strings.TrimSuffix(inode, "]")]) {
+			continue
+		}
+		n++
+	}
+	return n
+}
+
+// fdTargets returns what the open file descriptors of the process point to.
+func fdTargets(t *testing.T) []string {
 	t.Helper()
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return len(ents)
+	var out []string
+	for _, e := range ents {
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// socketAddrs maps the inodes of the process's IPv4 sockets to their local IP:PORT.
+func socketAddrs(t *testing.T) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, f := range []string{"/proc/self/net/tcp", "/proc/self/net/udp"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			fields := strings.Fields(line)
+			if len(fields) < 10 {
+				continue
+			}
+			ip, port, ok := strings.Cut(fields[1], ":")
+			a, err1 := strconv.ParseUint(ip, 16, 32)
+			p, err2 := strconv.ParseUint(port, 16, 16)
+			if !ok || err1 != nil || err2 != nil {
+				continue
+			}
+			// The kernel prints the address in host byte order: little-endian here.
+			addr := netip.AddrFrom4([4]byte{byte(a), byte(a >> 8), byte(a >> 16), byte(a >> 24)})
+			out[fields[9]] = netip.AddrPortFrom(addr, uint16(p)).String()
+		}
+	}
+	return out
 }
 
 // addrPort formats a target as the healthcheck metrics label it: ADDRESS:PORT.
