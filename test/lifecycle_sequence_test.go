@@ -24,7 +24,8 @@ import (
 // busy port, a parse error, a check nobody defines), record-set file rewrites and files with a
 // syntax error, and checks the invariant of H-6 after every step: what is probed is what the live
 // configuration names (the probe registry's target_state series, exactly; probes arriving on real
-// HTTP targets, per check and prober source, within a bounded window, and none for a target no
+// HTTP targets, per check and prober source: a first one soon after a target is named, then
+// within a bounded window, every named target again every ten steps, and none for a target no
 // longer named beyond the one round that may have been in flight) and every per-target,
 // per-check, per-VIP, per-record-set and per-composite series belongs to the live configuration.
 // At the end goroutines and open file descriptors are back to their baseline.
@@ -39,6 +40,11 @@ const (
 	// is late is waited for up to seqLate more before the test fails.
 	seqWindow = 3 * time.Second
 	seqLate   = 10 * time.Second
+	// seqFirst bounds the wait for the first probe of a (check, target, source) newly named: its
+	// first round comes within one interval.
+	seqFirst = 1500 * time.Millisecond
+	// Every seqSettle steps the test waits for a probe of every named triple.
+	seqSettle = 10
 )
 
 // seqTargets are the probed addresses; the last two answer 503, so verdicts differ.
@@ -479,17 +485,15 @@ func TestLifecycleSequenceH6(t *testing.T) {
 		kinds[strings.SplitN(what, ":", 2)[0]]++
 		settle()
 		seqCheckProbed(t, s, url, pt, cfg, fileSets, states, step, what)
+		if step%seqSettle == 0 {
+			probedAgain(t, pt, states)
+		}
 	}
 	t.Logf("steps: %v", kinds)
 
 	// Every named triple is probed once more, then nothing but the live configuration was.
 	what = "end"
-	end := time.Now()
-	for k, st := range states {
-		if st.named {
-			pt.waitProbe(t, k, end, seqLate)
-		}
-	}
+	probedAgain(t, pt, states)
 	seqCheckProbed(t, s, url, pt, cfg, fileSets, states, step, what)
 
 	dnsUDP, dnsTCP := s.UDP, s.TCP
@@ -520,6 +524,17 @@ func TestLifecycleSequenceH6(t *testing.T) {
 }
 
 const metricsServer = "github.com/coredns/coredns/plugin/metrics.(*Metrics).OnStartup.func1"
+
+// probedAgain waits for a probe of every named triple.
+func probedAgain(t *testing.T, pt *probeTargets, states map[probeKey]*tripleState) {
+	t.Helper()
+	now := time.Now()
+	for k, st := range states {
+		if st.named {
+			pt.waitProbe(t, k, now, seqLate)
+		}
+	}
+}
 
 // holdPort listens on port of 127.0.0.1, UDP and TCP, until the returned function is called.
 func holdPort(t *testing.T, port string) func() {
@@ -659,6 +674,8 @@ func seqCheckProbed(t *testing.T, s *coretest.Server, url string, pt *probeTarge
 		switch {
 		case !st.named && n > st.base+st.allow:
 			fail("%v is not named but got %d probes since (allowed %d)", k, n-st.base, st.allow)
+		case st.named && now.Sub(st.since) >= seqFirst && !last.After(st.since):
+			pt.waitProbe(t, k, st.since, seqLate) // its first probe
 		case st.named && now.Sub(st.since) >= seqWindow && now.Sub(last) > seqWindow:
 			pt.waitProbe(t, k, now.Add(-seqWindow), seqLate)
 		}
