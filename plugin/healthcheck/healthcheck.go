@@ -1,7 +1,8 @@
 // Package healthcheck implements the healthcheck plugin: named TCP, HTTP and HTTPS checks run
 // from several prober regions, and load-balancer groups whose virtual IP derives its health
 // from its backends. Verdicts are written to the process-wide health board (plugin/pkg/health),
-// which routingpolicy, pschealth and outbound read. The plugin answers no query.
+// which routingpolicy, pschealth and outbound read. The plugin answers no query. The design and
+// the rules its tests name (HC-1 to HC-7, H-1 to H-6) are in docs/DESIGN.md of the repository.
 package healthcheck
 
 import (

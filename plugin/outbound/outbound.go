@@ -1,5 +1,5 @@
 // Package outbound forwards zones to private resolvers through ranked egress endpoints, each
-// with its own source addresses (DESIGN.md section 6, O-1 to O-10).
+// with its own source addresses (docs/DESIGN.md of the repository, section 6: O-1 to O-10).
 package outbound
 
 import (

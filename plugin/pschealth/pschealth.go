@@ -5,7 +5,8 @@
 //
 // pschealth answers no query: its handler passes every query on. It reads the state of the
 // backends that healthcheck probes, recomputes when the board tells it something changed, and
-// writes the composite state under the destination.
+// writes the composite state under the destination. The design and the rules its tests name (P-1
+// to P-6, H-1 to H-6) are in docs/DESIGN.md of the repository.
 package pschealth
 
 import (

@@ -1,6 +1,7 @@
 // Package routingpolicy serves authoritative zones whose record sets carry routing policies:
 // weighted round robin, geolocation (with fencing) and failover (with trickle), answering from the
-// healthy addresses the health board reports.
+// healthy addresses the health board reports. The design and the rules its tests name (R-ZONE-*,
+// R-WRR-*, R-GEO-*, R-FO-*, R-SEC-1, L-1 to L-3, H-1 to H-6) are in docs/DESIGN.md of the repository.
 package routingpolicy
 
 import (

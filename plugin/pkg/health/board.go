@@ -1,8 +1,10 @@
-// Package health is the process-wide health board shared by the coresteer plugins.
+// Package health is the process-wide health board shared by the coresteer plugins, and the probe
+// demand through which they say what is probed (Demand, H-6).
 //
 // Probes (healthcheck) and aggregations (pschealth) write the state of targets; answers
 // (routingpolicy) and forwarding (outbound) read it. Consumers resolve a *Target once, at load
-// time, and then read its state with a single atomic load on the query path (H-5).
+// time, and then read its state with a single atomic load on the query path (H-5). The rules H-1
+// to H-6 are in docs/DESIGN.md of the repository, section 2.
 package health
 
 import (

@@ -4,6 +4,11 @@
 // caddy then drops the new instance without running its OnShutdown hooks and calls the old
 // instance's OnRestartFailed. Without this, board references, probes and goroutines taken by the
 // failed instance would live on for ever.
+//
+// Series and Writers do the same for what instances share during a reload: metric series, deleted
+// with the last instance that describes them, and computed states, written by the newest instance
+// only. Together they keep H-6 (docs/DESIGN.md of the repository, section 2): what is probed and
+// exported is what the live configuration names.
 package lifecycle
 
 import (
