@@ -16,9 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 	"github.com/coresteer/coresteer/plugin/pkg/health"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // probeTargets are real HTTP servers on loopback addresses, one port for all, that count the
@@ -160,24 +159,7 @@ func seriesOf(t *testing.T, url, name, label string) []string {
 func scrape(t *testing.T, url, name string) []map[string]string {
 	t.Helper()
 	if url == "" {
-		mfs, err := prometheus.DefaultGatherer.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []map[string]string
-		for _, mf := range mfs {
-			if mf.GetName() != name {
-				continue
-			}
-			for _, m := range mf.GetMetric() {
-				l := map[string]string{}
-				for _, lp := range m.GetLabel() {
-					l[lp.GetName()] = lp.GetValue()
-				}
-				out = append(out, l)
-			}
-		}
-		return out
+		return coretest.Series(t, name)
 	}
 	return parseSeries(t, fetchMetrics(t, url), name)
 }

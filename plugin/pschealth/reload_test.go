@@ -9,8 +9,6 @@ import (
 	"github.com/coredns/caddy"
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 	"github.com/coresteer/coresteer/plugin/pkg/health"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // P-6 (issue 11, item 5): a dry-run composite has no effect on consumers, so it does not hold
@@ -104,19 +102,10 @@ func TestCompositeSeriesFollowTheConfigurationH6(t *testing.T) {
 	}
 	dests := func() []string {
 		var out []string
-		mfs, err := prometheus.DefaultGatherer.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, mf := range mfs {
-			if mf.GetName() != "coredns_pschealth_composite_state" && mf.GetName() != "coredns_pschealth_composite_published" {
-				continue
-			}
-			for _, m := range mf.GetMetric() {
-				for _, l := range m.GetLabel() {
-					if l.GetName() == "destination" && strings.HasPrefix(l.GetValue(), "127.0.9.") {
-						out = append(out, mf.GetName()+"/"+l.GetValue())
-					}
+		for _, m := range []string{"coredns_pschealth_composite_state", "coredns_pschealth_composite_published"} {
+			for _, l := range coretest.Series(t, m) {
+				if strings.HasPrefix(l["destination"], "127.0.9.") {
+					out = append(out, m+"/"+l["destination"])
 				}
 			}
 		}

@@ -20,7 +20,6 @@ import (
 	_ "github.com/coresteer/coresteer/plugin/routingpolicy"
 
 	"github.com/miekg/dns"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 func answerAddrs(m *dns.Msg) string {
@@ -382,21 +381,10 @@ func probed(k health.Key) bool {
 // series returns the values of label of the series of metric name in the process registry.
 func series(t *testing.T, name, label string) []string {
 	t.Helper()
-	mfs, err := prometheus.DefaultGatherer.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []string
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == label {
-					out = append(out, l.GetValue())
-				}
-			}
+	for _, l := range coretest.Series(t, name) {
+		if v, ok := l[label]; ok {
+			out = append(out, v)
 		}
 	}
 	slices.Sort(out)

@@ -8,37 +8,37 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 	"github.com/coresteer/coresteer/plugin/pkg/health"
 
 	"github.com/miekg/dns"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
-// seriesNames returns the sorted distinct "name" labels of metric in the process registry, for
-// record sets of zone.
+// seriesNames returns the sorted distinct record sets (or, for reloads_total, results) of the
+// series of metric for zone.
 func seriesNames(t *testing.T, metric, zone string) []string {
 	t.Helper()
-	mfs, err := prometheus.DefaultGatherer.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []string
-	for _, mf := range mfs {
-		if mf.GetName() != metric {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			l := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				l[lp.GetName()] = lp.GetValue()
-			}
-			if l["zone"] == zone {
-				out = append(out, l["name"]+l["result"]) // reloads_total has no name, a result
-			}
+	for _, l := range coretest.Series(t, metric) {
+		if l["zone"] == zone {
+			out = append(out, l["name"]+l["result"])
 		}
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// shareItems returns the sorted items of the wrr_configured_share series of record set name.
+func shareItems(t *testing.T, zone, name string) []string {
+	t.Helper()
+	var out []string
+	for _, l := range coretest.Series(t, "coredns_routingpolicy_wrr_configured_share") {
+		if l["zone"] == zone && l["name"] == name {
+			out = append(out, l["item"])
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // reloadFile returns a handler serving the record-set file it writes with write.
@@ -94,7 +94,7 @@ func TestFileReloadDeletesSeriesH6(t *testing.T) {
 		}
 	}
 	// The item the reload removed (a's second) goes too.
-	if v := testItems(t, zone, "a.series.test./A"); !slices.Equal(v, []string{"0"}) {
+	if v := shareItems(t, zone, "a.series.test./A"); !slices.Equal(v, []string{"0"}) {
 		t.Errorf("wrr_configured_share items of a after the reload: %v", v)
 	}
 	rp.OnShutdown()
@@ -103,31 +103,6 @@ func TestFileReloadDeletesSeriesH6(t *testing.T) {
 			t.Errorf("%s after shutdown: %v", m, got)
 		}
 	}
-}
-
-func testItems(t *testing.T, zone, name string) []string {
-	t.Helper()
-	mfs, err := prometheus.DefaultGatherer.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, mf := range mfs {
-		if mf.GetName() != "coredns_routingpolicy_wrr_configured_share" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			l := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				l[lp.GetName()] = lp.GetValue()
-			}
-			if l["zone"] == zone && l["name"] == name {
-				out = append(out, l["item"])
-			}
-		}
-	}
-	slices.Sort(out)
-	return out
 }
 
 // H-6 (issue 11, item 6): wrr_configured_share is exported for data that loaded, not for data
