@@ -59,8 +59,12 @@ func FuzzServeDNS(f *testing.F) {
 		region us-east1
 		subnet europe-west2 10.2.0.0/16
 		record alias CNAME 60 www
-		record loop1 CNAME 60 loop2
-		record loop2 CNAME 60 loop1
+		record sub NS 60 ns.sub
+		record ns.sub A 60 192.0.2.1
+		record *.wild A 60 192.0.2.2
+		record *.cwild CNAME 60 www
+		record dn DNAME 60 example.net.
+		wrr *.app A 60 "1=10.0.0.3;1=10.0.0.4"
 		wrr www A 60 "1=10.0.0.1;0=10.0.0.2"
 		geo geo A 60 "us-east1=10.0.1.1;europe-west2=10.0.2.1" fence
 		failover fo A 60 "10.0.0.1" "us-east1=10.0.1.1" trickle 0.5
@@ -68,7 +72,7 @@ func FuzzServeDNS(f *testing.F) {
 	for _, q := range []struct {
 		name  string
 		qtype uint16
-	}{{"www.example.org.", dns.TypeA}, {"alias.example.org.", dns.TypeA}, {"loop1.example.org.", dns.TypeA}, {"geo.example.org.", dns.TypeANY}, {"x.fo.example.org.", dns.TypeAAAA}} {
+	}{{"www.example.org.", dns.TypeA}, {"alias.example.org.", dns.TypeA}, {"x.sub.example.org.", dns.TypeA}, {"a.b.wild.example.org.", dns.TypeA}, {"x.cwild.example.org.", dns.TypeA}, {"x.dn.example.org.", dns.TypeA}, {"x.app.example.org.", dns.TypeA}, {"geo.example.org.", dns.TypeANY}, {"x.fo.example.org.", dns.TypeAAAA}} {
 		m := new(dns.Msg)
 		m.SetQuestion(q.name, q.qtype)
 		m.SetEdns0(1232, true)
