@@ -193,8 +193,8 @@ func (z *zone) finish(now time.Time) error {
 		// the low 32 bits of the time are the serial, wrapping is what serials do.
 		soa := &dns.SOA{
 			Hdr:     dns.RR_Header{Name: z.origin, Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: 3600},
-			Ns:      "ns1." + z.origin,
-			Mbox:    "hostmaster." + z.origin,
+			Ns:      relName("ns1", z.origin),
+			Mbox:    relName("hostmaster", z.origin),
 			Serial:  uint32(now.Unix()), //nolint:gosec // RFC 1982 serials wrap by design
 			Refresh: 7200, Retry: 1800, Expire: 1209600, Minttl: 30,
 		}
