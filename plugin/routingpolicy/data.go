@@ -95,6 +95,9 @@ func build(origins []string, loc *region.Locator, records []dns.RR, sets []*setS
 			}
 		}
 		switch h.Rrtype {
+		case dns.TypeRRSIG, dns.TypeNSEC, dns.TypeNSEC3, dns.TypeNSEC3PARAM:
+			// Served as plain data they would answer DO queries unsigned: refuse instead.
+			return nil, fmt.Errorf("record %q: signed zone data is not supported (sign with the dnssec plugin instead)", rr.String())
 		case dns.TypeSOA:
 			if len(s.rrs) > 0 {
 				return nil, fmt.Errorf("second SOA record %q for %s", rr.String(), h.Name)

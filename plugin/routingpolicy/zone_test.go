@@ -208,6 +208,8 @@ func TestZoneLoadChecks(t *testing.T) {
 		{`record a CNAME 60 b
 		  record a TXT 60 x`, "a.example.org. has a CNAME and other data"},
 		{`record @ CNAME 60 b.example.net.`, "CNAME at the zone apex"},
+		// Signed data would be served unsigned.
+		{`record a RRSIG 60 A 13 3 60 20300101000000 20200101000000 12345 example.org. AAAA`, "signed zone data is not supported"},
 		// Names outside the zone.
 		{`record www.example.net. A 60 192.0.2.1`, "outside the zones"},
 		{`wrr www.example.net. A 60 "1=192.0.2.1"`, "outside the zones"},
