@@ -85,7 +85,7 @@ func (z *zone) checkLoops() error {
 			return nil
 		}
 		if len(path) >= maxLoopSteps {
-			return fmt.Errorf("CNAME/DNAME chain longer than %d steps, a loop through DNAME substitution: %s → ...", maxLoopSteps, strings.Join(path[:4], " → "))
+			return fmt.Errorf("CNAME/DNAME chain longer than %d steps (a loop through DNAME substitution) starting %s", maxLoopSteps, strings.Join(path[:4], " → "))
 		}
 		state[name] = onPath
 		path = append(path, name)

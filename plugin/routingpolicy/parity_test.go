@@ -30,7 +30,7 @@ func TestParityWithFile(t *testing.T) {
 			t.Fatalf("ROUTINGPOLICY_PARITY_SEEDS=%q: want a number of seeds", v)
 		}
 		for i := range n {
-			seeds = append(seeds, 1000+uint64(i)) //nolint:gosec // i >= 0
+			seeds = append(seeds, 1000+uint64(i))
 		}
 	}
 	total := 0
@@ -123,7 +123,7 @@ type zoneGen struct {
 
 func newZoneGen(seed uint64) *zoneGen {
 	return &zoneGen{
-		r:      rand.New(rand.NewPCG(seed, 0x5eed)), //nolint:gosec // a test's reproducible data
+		r:      rand.New(rand.NewPCG(seed, 0x5eed)),
 		seen:   map[string]bool{},
 		owners: map[string]map[uint16]bool{},
 	}

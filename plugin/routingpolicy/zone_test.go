@@ -351,7 +351,7 @@ func TestZoneItemLimit(t *testing.T) {
 		t.Fatalf("128 items: %v", m)
 	}
 	// Inline, the same limit.
-	var items []string
+	items := make([]string, 0, 129)
 	for i := range 129 {
 		items = append(items, fmt.Sprintf("1=10.0.0.%d", i%250+1))
 	}
