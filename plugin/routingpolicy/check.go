@@ -106,7 +106,7 @@ func (z *zone) checkLoops() error {
 			start = name
 		case n.dname != nil:
 			// Any name below the owner is substituted the same way; take one.
-			start = "loop-check." + name
+			start = relName("loop-check", name)
 		}
 		if start == "" {
 			continue
