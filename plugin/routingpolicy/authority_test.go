@@ -42,7 +42,7 @@ func TestAuthority(t *testing.T) {
 		{Qname: "alias.example.org.", Qtype: dns.TypeCNAME,
 			Answer: []dns.RR{test.CNAME("alias.example.org. 300 IN CNAME www.example.org.")}, Ns: []dns.RR{ns}},
 		{Qname: "out.example.org.", Qtype: dns.TypeA,
-			Answer: []dns.RR{test.CNAME("out.example.org. 300 IN CNAME www.example.net.")}},
+			Answer: []dns.RR{test.CNAME("out.example.org. 300 IN CNAME www.example.net.")}, Ns: []dns.RR{ns}},
 		{Qname: "dangling.example.org.", Qtype: dns.TypeA, Rcode: dns.RcodeNameError,
 			Answer: []dns.RR{test.CNAME("dangling.example.org. 300 IN CNAME nothere.example.org.")}, Ns: []dns.RR{soa}},
 		{Qname: "txt.example.org.", Qtype: dns.TypeTXT,

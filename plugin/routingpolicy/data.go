@@ -2,6 +2,7 @@ package routingpolicy
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -56,20 +57,17 @@ var policyTypes = map[uint16]bool{
 }
 
 // build turns records and record sets into zones. It is the single place where configuration
-// errors about data are found, for inline data and files alike.
+// errors about data are found, for inline data and files alike (R-ZONE-3).
 func build(origins []string, loc *region.Locator, records []dns.RR, sets []*setSpec, now time.Time) (*data, error) {
-	d := &data{byOrigin: make(map[string]*zone)}
+	d := &data{}
 	for _, o := range origins {
-		z := &zone{origin: o, names: make(map[string]*node), ents: make(map[string]bool)}
+		z := &zone{origin: o, names: make(map[string]*node)}
 		d.zones = append(d.zones, z)
-		d.byOrigin[o] = z
-		d.origins = append(d.origins, o)
 	}
-	zoneOf := d.match
 	nodeOf := func(z *zone, name string) *node {
 		n := z.names[name]
 		if n == nil {
-			n = &node{}
+			n = &node{name: name}
 			z.names[name] = n
 		}
 		return n
@@ -80,10 +78,11 @@ func build(origins []string, loc *region.Locator, records []dns.RR, sets []*setS
 		h := rr.Header()
 		h.Name = strings.ToLower(dns.Fqdn(h.Name))
 		h.Class = dns.ClassINET
-		z := zoneOf(h.Name)
+		z := d.match(h.Name)
 		if z == nil {
 			return nil, fmt.Errorf("record %q: name %s is outside the zones %v", rr.String(), h.Name, origins)
 		}
+		lowerTargets(rr)
 		n := nodeOf(z, h.Name)
 		s := n.find(h.Rrtype)
 		if s == nil {
@@ -95,11 +94,22 @@ func build(origins []string, loc *region.Locator, records []dns.RR, sets []*setS
 				return nil, fmt.Errorf("record %q given twice", rr.String())
 			}
 		}
-		if h.Rrtype == dns.TypeSOA && len(s.rrs) > 0 {
-			return nil, fmt.Errorf("second SOA record %q for %s", rr.String(), h.Name)
-		}
-		if h.Rrtype == dns.TypeSOA && h.Name != z.origin {
-			return nil, fmt.Errorf("SOA record %q is not at the zone apex %s", rr.String(), z.origin)
+		switch h.Rrtype {
+		case dns.TypeRRSIG, dns.TypeNSEC, dns.TypeNSEC3, dns.TypeNSEC3PARAM:
+			// Served as plain data they would answer DO queries unsigned: refuse instead.
+			return nil, fmt.Errorf("record %q: signed zone data is not supported (sign with the dnssec plugin instead)", rr.String())
+		case dns.TypeSOA:
+			if len(s.rrs) > 0 {
+				return nil, fmt.Errorf("second SOA record %q for %s", rr.String(), h.Name)
+			}
+			if h.Name != z.origin {
+				return nil, fmt.Errorf("SOA record %q is not at the zone apex %s", rr.String(), z.origin)
+			}
+		case dns.TypeDNAME:
+			// RFC 6672 2.4: one DNAME per owner name.
+			if len(s.rrs) > 0 {
+				return nil, fmt.Errorf("second DNAME record %q for %s: a name has at most one DNAME (RFC 6672 2.4)", rr.String(), h.Name)
+			}
 		}
 		s.rrs = append(s.rrs, rr)
 	}
@@ -107,7 +117,7 @@ func build(origins []string, loc *region.Locator, records []dns.RR, sets []*setS
 	// Policy record sets.
 	geoCache := map[string][][]uint8{}
 	for _, spec := range sets {
-		z := zoneOf(spec.name)
+		z := d.match(spec.name)
 		if z == nil {
 			return nil, spec.errf("name is outside the zones %v", origins)
 		}
@@ -134,32 +144,50 @@ func build(origins []string, loc *region.Locator, records []dns.RR, sets []*setS
 	return d, nil
 }
 
-// finish checks CNAMEs, fills in the SOA and NS when not given, and finds empty non-terminals.
+// lowerTargets lower-cases the names in the rdata of rr that answers lead to, as file does, so
+// the query path compares them without converting.
+func lowerTargets(rr dns.RR) {
+	switch v := rr.(type) {
+	case *dns.NS:
+		v.Ns = strings.ToLower(v.Ns)
+	case *dns.CNAME:
+		v.Target = strings.ToLower(v.Target)
+	case *dns.DNAME:
+		v.Target = strings.ToLower(v.Target)
+	case *dns.MX:
+		v.Mx = strings.ToLower(v.Mx)
+	case *dns.SOA:
+		v.Ns = strings.ToLower(v.Ns)
+		v.Mbox = strings.ToLower(v.Mbox)
+	case *dns.SVCB:
+		v.Target = strings.ToLower(v.Target)
+	case *dns.HTTPS:
+		v.Target = strings.ToLower(v.Target)
+	}
+}
+
+// finish checks the zone (R-ZONE-3), fills in the SOA and NS when not given, adds the empty
+// non-terminals and precomputes what the lookup needs: zone cuts with their referrals, DNAMEs,
+// wildcards, glue and additional records (R-ZONE-2).
 func (z *zone) finish(now time.Time) error {
-	for name, n := range z.names {
-		if n.find(dns.TypeCNAME) != nil && len(n.sets) > 1 {
-			return fmt.Errorf("%s has a CNAME and other data (RFC 1034 3.6.2)", name)
-		}
-		if name == z.origin && n.find(dns.TypeCNAME) != nil {
-			return fmt.Errorf("CNAME at the zone apex %s", name)
-		}
-		for p := name; p != z.origin; {
-			i, end := dns.NextLabel(p, 0)
-			if end {
+	if err := z.checkNames(); err != nil {
+		return err
+	}
+	// Empty non-terminals: every ancestor of a name, up to the apex, exists (RFC 4592 2.2.2).
+	for _, name := range slices.Collect(maps.Keys(z.names)) {
+		for p, ok := parent(name); ok && inZone(p, z.origin); p, ok = parent(p) {
+			if z.names[p] != nil {
 				break
 			}
-			p = p[i:]
-			if _, ok := z.names[p]; !ok {
-				z.ents[p] = true
-			}
+			z.names[p] = &node{name: p}
 		}
 	}
 	apex := z.names[z.origin]
 	if apex == nil {
-		apex = &node{}
+		apex = &node{name: z.origin}
 		z.names[z.origin] = apex
-		delete(z.ents, z.origin)
 	}
+	z.apex = apex
 	if s := apex.find(dns.TypeSOA); s != nil {
 		z.soa = s.rrs
 	} else {
@@ -168,8 +196,8 @@ func (z *zone) finish(now time.Time) error {
 		// the low 32 bits of the time are the serial, wrapping is what serials do.
 		soa := &dns.SOA{
 			Hdr:     dns.RR_Header{Name: z.origin, Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: 3600},
-			Ns:      "ns1." + z.origin,
-			Mbox:    "hostmaster." + z.origin,
+			Ns:      relName("ns1", z.origin),
+			Mbox:    relName("hostmaster", z.origin),
 			Serial:  uint32(now.Unix()), //nolint:gosec // RFC 1982 serials wrap by design
 			Refresh: 7200, Retry: 1800, Expire: 1209600, Minttl: 30,
 		}
@@ -193,12 +221,113 @@ func (z *zone) finish(now time.Time) error {
 	neg.Header().Ttl = z.negTTL
 	z.soa = slices.Clip([]dns.RR{neg})
 	z.ns = slices.Clip(z.ns)
+
+	z.link()
+	if err := z.checkPolicies(); err != nil {
+		return err
+	}
+	if err := z.checkLoops(); err != nil {
+		return err
+	}
+	z.nsGlue = z.glue(z.ns, z.origin)
 	for _, n := range z.names {
+		if n.cut != nil {
+			n.cut.glue = z.glue(n.cut.ns, n.name)
+		}
 		for i := range n.sets {
-			n.sets[i].rrs = slices.Clip(n.sets[i].rrs)
+			s := &n.sets[i]
+			s.rrs = slices.Clip(s.rrs)
+			if s.pol == nil {
+				s.extra = z.additional(s.rrs)
+				continue
+			}
+			for q := s.pol; q != nil; q = q.backup {
+				for j := range q.items {
+					it := &q.items[j]
+					rrs := make([]dns.RR, len(it.addrs))
+					for k := range it.addrs {
+						rrs[k] = it.addrs[k].rr
+					}
+					it.extra = z.additional(rrs)
+				}
+			}
 		}
 	}
 	return nil
+}
+
+// link sets the zone cuts, DNAMEs, wildcards and guards of the nodes.
+func (z *zone) link() {
+	for name, n := range z.names {
+		if name != z.origin {
+			if ns := n.plain(dns.TypeNS); ns != nil {
+				n.cut = &referral{ns: slices.Clip(ns)}
+			}
+		}
+		if d := n.plain(dns.TypeDNAME); d != nil {
+			n.dname = d[0].(*dns.DNAME)
+		}
+		if strings.HasPrefix(name, "*.") {
+			if p := z.names[name[2:]]; p != nil {
+				p.wild = n
+			}
+		}
+	}
+	for _, n := range z.names {
+		for p, ok := parent(n.name); ok && inZone(p, z.origin); p, ok = parent(p) {
+			if a := z.names[p]; a.cut != nil || a.dname != nil {
+				n.guard = a // the last one seen walking up is the topmost
+			}
+		}
+	}
+}
+
+// glue returns the addresses of the name servers of ns that are at or below owner (in-domain
+// glue, RFC 9471), A before AAAA, from plain records, as file does.
+func (z *zone) glue(ns []dns.RR, owner string) []dns.RR {
+	var out []dns.RR
+	for _, rr := range ns {
+		t := rr.(*dns.NS).Ns
+		if !inZone(t, owner) {
+			continue
+		}
+		if n := z.names[t]; n != nil {
+			out = append(out, n.plain(dns.TypeA)...)
+			out = append(out, n.plain(dns.TypeAAAA)...)
+		}
+	}
+	return slices.Clip(out)
+}
+
+// additional returns the in-zone addresses of the targets of the MX, SRV, SVCB and HTTPS records
+// of rrs, each target once, as file does.
+func (z *zone) additional(rrs []dns.RR) []dns.RR {
+	var out []dns.RR
+	var seen []string
+	for _, rr := range rrs {
+		var t string
+		switch v := rr.(type) {
+		case *dns.MX:
+			t = v.Mx
+		case *dns.SRV:
+			t = strings.ToLower(v.Target)
+		case *dns.SVCB:
+			t = v.Target
+		case *dns.HTTPS:
+			t = v.Target
+		default:
+			continue
+		}
+		if !inZone(t, z.origin) || slices.Contains(seen, t) {
+			continue
+		}
+		seen = append(seen, t)
+		if n := z.names[t]; n != nil {
+			out = append(out, n.plain(dns.TypeA)...)
+			out = append(out, n.plain(dns.TypeAAAA)...)
+		}
+	}
+	return slices.Clip(out)
 }
 
 // newPolicy checks spec and resolves it into a policy.
@@ -212,6 +341,10 @@ func newPolicy(spec *setSpec, zoneName string, loc *region.Locator, geoCache map
 	p := &policy{kind: spec.kind, name: spec.name, qtype: spec.qtype, label: spec.String(), zone: zoneName, fence: spec.fence}
 	p.mdPolicy = func() string { return p.kind.String() }
 	t := loc.Table
+	// maxItems: a query keeps per-item state on the stack and geo orders items by uint8.
+	if n := max(len(spec.items), len(spec.backup)); n > maxItems {
+		return nil, spec.errf("%d items, at most %d allowed", n, maxItems)
+	}
 	switch spec.kind {
 	case WRR:
 		if len(spec.items) == 0 {
@@ -303,6 +436,7 @@ func newItem(spec *setSpec, label string, rdata []string) (item, error) {
 		if err != nil {
 			return it, spec.errf("item %s: %v", label, err)
 		}
+		lowerTargets(rr)
 		for _, o := range it.addrs {
 			if dns.IsDuplicate(o.rr, rr) {
 				return it, spec.errf("item %s: rdata %q given twice", label, rd)

@@ -85,3 +85,23 @@ func TestFailoverFencedBackup(t *testing.T) {
 		t.Fatalf("fenced backup location down: got %s, want the whole primary", got)
 	}
 }
+
+func TestFailoverFailOpenTrickle(t *testing.T) {
+	// R-FO-4 with trickle: both unhealthy means answering as if everything were healthy, trickle
+	// included: trickle 1 is the backup (its nearest location, whole), trickle 0.5 splits.
+	down := func(b *health.Board) {
+		for _, a := range []string{"10.0.0.1", "10.0.0.2", "10.9.1.1", "10.9.2.1"} {
+			set(b, "web", a, health.Unhealthy)
+		}
+	}
+	rp, b := newTest(t, foBlock("trickle 1 healthcheck web"))
+	down(b)
+	if got := count(t, rp, "www.example.org.", "10.2.1.1", 1000); got["10.9.2.1"] != 1000 {
+		t.Fatalf("trickle 1, all unhealthy, europe client: %v, want the europe backup", got)
+	}
+	rp, b = newTest(t, foBlock("trickle 0.5 healthcheck web"))
+	down(b)
+	got := count(t, rp, "www.example.org.", "10.1.1.1", draws)
+	within(t, "fail open trickle 0.5 to the backup", got["10.9.1.1"], draws, 0.5)
+	within(t, "fail open trickle 0.5 to the primary", got["10.0.0.1,10.0.0.2"], draws, 0.5)
+}

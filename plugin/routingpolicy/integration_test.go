@@ -422,3 +422,32 @@ func TestIntegrationTruncation(t *testing.T) {
 		t.Fatalf("TCP answer: TC %v, %d records", r.Truncated, len(r.Answer))
 	}
 }
+
+// TestIntegrationRoot: zonefile and recordsets paths are relative to the root directive, as
+// file's are.
+func TestIntegrationRoot(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "db.example.org"), []byte("$ORIGIN example.org.\nzf 60 IN A 192.0.2.1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "rs.yaml"), []byte("- {name: rs.example.org., type: A, ttl: 60, rrdatas: [192.0.2.2]}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := coretest.Start(t, `example.org:0 {
+	bind 127.0.0.1
+	root `+dir+`
+	routingpolicy {
+		zonefile db.example.org
+		recordsets rs.yaml
+	}
+}`)
+	for name, want := range map[string]string{"zf.example.org.": "192.0.2.1", "rs.example.org.": "192.0.2.2"} {
+		m, err := s.Query(name, dns.TypeA)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := answerAddrs(m); got != want {
+			t.Errorf("%s: %q, want %s", name, got, want)
+		}
+	}
+}

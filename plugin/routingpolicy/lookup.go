@@ -33,28 +33,60 @@ func (s *source) region() region.ID {
 	return s.id
 }
 
-// result is the outcome of a lookup: the rcode and how many policies answered.
+// result is the outcome of a lookup: the rcode, how many policies answered, and whether the
+// answer is a referral (not authoritative unless a CNAME before it is).
 type result struct {
-	rcode int
-	n     int
+	rcode    int
+	n        int
+	referral bool
 }
 
-// lookup fills m with the authoritative answer for qname/qtype: the records (in-zone CNAMEs
-// chased), NS in authority for positive answers, the SOA for negative ones.
+// lookup fills m with the answer for qname/qtype, as CoreDNS's file plugin does (R-ZONE-1): the
+// records, in-zone CNAMEs and DNAMEs chased (at most maxChase steps), NS in authority for
+// positive answers and the SOA for negative ones, referrals with glue at zone cuts, wildcards
+// synthesized (R-ZONE-2), and the addresses of in-zone MX/SRV targets in additional.
 func (z *zone) lookup(m *dns.Msg, qname string, qtype uint16, src *source, rnd func() uint64, us *[maxChase]used) result {
 	res := result{rcode: dns.RcodeSuccess}
+	if qname == z.origin && qtype == dns.TypeNS {
+		// As file: the apex NS set with the in-zone addresses of its servers, no authority.
+		m.Answer, m.Extra = z.ns, z.nsGlue
+		return res
+	}
 	name := qname
 	for range maxChase {
-		n := z.names[name]
-		if n == nil {
-			if z.ents[name] {
-				m.Ns = z.soa // NODATA at an empty non-terminal
-				return res
-			}
-			// The name (or the target of a CNAME) does not exist (RFC 6604: the rcode is that
-			// of the last name).
+		n, how := z.locate(name, qtype)
+		switch how {
+		case nxdomain:
+			// RFC 6604: the rcode is that of the last name of a CNAME chain.
 			res.rcode = dns.RcodeNameError
 			m.Ns = z.soa
+			return res
+		case delegation:
+			// R-ZONE-2, RFC 1034 4.3.2 3b: a referral.
+			m.Ns, m.Extra = n.cut.ns, n.cut.glue
+			res.referral = true
+			return res
+		case substitute:
+			target, ok := substitute6672(name, n.name, n.dname.Target)
+			m.Answer = append(m.Answer, n.dname)
+			if !ok {
+				// RFC 6672 2.2: the substituted name is too long.
+				res.rcode = dns.RcodeYXDomain
+				return res
+			}
+			m.Answer = append(m.Answer, &dns.CNAME{
+				Hdr:    dns.RR_Header{Name: name, Rrtype: dns.TypeCNAME, Class: dns.ClassINET, Ttl: n.dname.Hdr.Ttl},
+				Target: target,
+			})
+			if qtype == dns.TypeCNAME || !inZone(target, z.origin) {
+				m.Ns = z.ns
+				return res
+			}
+			name = target
+			continue
+		}
+		if len(n.sets) == 0 {
+			m.Ns = z.soa // NODATA at an empty non-terminal (or a wildcard that is one)
 			return res
 		}
 		if qtype == dns.TypeANY {
@@ -74,6 +106,7 @@ func (z *zone) lookup(m *dns.Msg, qname string, qtype uint16, src *source, rnd f
 			return res
 		}
 		start := len(m.Answer)
+		extra := s.extra
 		if s.pol != nil {
 			if m.Answer == nil {
 				m.Answer = make([]dns.RR, 0, s.pol.maxRRs()+1)
@@ -82,29 +115,76 @@ func (z *zone) lookup(m *dns.Msg, qname string, qtype uint16, src *source, rnd f
 			m.Answer, o = s.pol.answer(m.Answer, src, rnd)
 			us[res.n] = used{p: s.pol, o: o}
 			res.n++
+			extra = o.it.extra
 		} else {
 			if m.Answer == nil {
 				m.Answer = make([]dns.RR, 0, len(s.rrs))
 			}
 			m.Answer = append(m.Answer, s.rrs...)
 		}
+		if how == wildcard {
+			// RFC 4592 3.3.1: the synthesized records are owned by the query name.
+			for i := start; i < len(m.Answer); i++ {
+				m.Answer[i] = renamed(m.Answer[i], name)
+			}
+		}
 		if s.qtype != dns.TypeCNAME || qtype == dns.TypeCNAME {
-			m.Ns = z.ns
+			m.Ns, m.Extra = z.ns, extra
 			return res
 		}
 		// Chase an in-zone CNAME; an out-of-zone target is left to the resolver.
 		target := ""
 		if len(m.Answer) > start {
 			if c, ok := m.Answer[len(m.Answer)-1].(*dns.CNAME); ok {
-				target = lower(c.Target)
+				target = c.Target // lower case since load
 			}
 		}
 		if target == "" || !inZone(target, z.origin) {
+			m.Ns = z.ns
 			return res
 		}
 		name = target
 	}
+	m.Ns = z.ns // a chain longer than maxChase: the resolver goes on from here
 	return res
+}
+
+// substitute6672 replaces the suffix owner of name, which is below it, with target (RFC 6672
+// 2.2). ok is false when the result is longer than a domain name may be.
+func substitute6672(name, owner, target string) (string, bool) {
+	prefix := name[:len(name)-len(owner)] // ends in a dot
+	if owner == "." {
+		prefix = name
+	}
+	out := prefix + target
+	if target == "." {
+		out = prefix
+	}
+	if _, ok := dns.IsDomainName(out); !ok {
+		return "", false
+	}
+	return out, true
+}
+
+// renamed returns a copy of rr owned by name.
+func renamed(rr dns.RR, name string) dns.RR {
+	switch v := rr.(type) {
+	case *dns.A:
+		c := *v
+		c.Hdr.Name = name
+		return &c
+	case *dns.AAAA:
+		c := *v
+		c.Hdr.Name = name
+		return &c
+	case *dns.CNAME:
+		c := *v
+		c.Hdr.Name = name
+		return &c
+	}
+	c := dns.Copy(rr)
+	c.Header().Name = name
+	return c
 }
 
 // maxRRs is the largest number of records one answer of p can carry.
@@ -116,20 +196,4 @@ func (p *policy) maxRRs() int {
 		}
 	}
 	return n
-}
-
-// lower returns s in lower case, without allocating when it already is.
-func lower(s string) string {
-	for i := range len(s) {
-		if c := s[i]; 'A' <= c && c <= 'Z' {
-			b := []byte(s)
-			for j := i; j < len(b); j++ {
-				if c := b[j]; 'A' <= c && c <= 'Z' {
-					b[j] = c + 'a' - 'A'
-				}
-			}
-			return string(b)
-		}
-	}
-	return s
 }

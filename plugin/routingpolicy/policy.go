@@ -77,6 +77,7 @@ type item struct {
 	weight float64
 	loc    region.ID
 	addrs  []addr
+	extra  []dns.RR // the in-zone addresses of MX/SRV targets, for the additional section
 
 	mdItem func() string                  // precomputed metadata value, so the query path does not allocate
 	served *atomic.Pointer[cachedCounter] // a pointer, so items can be built by value
@@ -295,7 +296,8 @@ func (p *policy) pickFailover(s *source, rnd func() uint64) (*item, bool, outcom
 	primary := &p.items[0]
 	// R-FO-3: the trickle share goes to the backup even while the primary is healthy. A backup
 	// with nothing healthy does not take trickle traffic.
-	if p.trickle > 0 && (p.trickle >= 1 || unit(rnd()) < p.trickle) {
+	trickle := p.trickle > 0 && (p.trickle >= 1 || unit(rnd()) < p.trickle)
+	if trickle {
 		if it, all, fb := p.backup.pickGeo(s.region(), false); it != nil && !all {
 			return it, false, outcome{backup: true, fallback: fb}
 		}
@@ -309,7 +311,11 @@ func (p *policy) pickFailover(s *source, rnd func() uint64) (*item, bool, outcom
 	if it, all, fb := p.backup.pickGeo(s.region(), false); it != nil && !all {
 		return it, false, outcome{backup: true, fallback: fb}
 	}
-	// R-FO-4: both unhealthy: fail open, as if everything were healthy (the primary answers).
+	// R-FO-4: both unhealthy: fail open, answering as if everything were healthy, trickle
+	// included: a query the trickle sent to the backup gets the backup's nearest location.
+	if trickle {
+		return &p.backup.items[p.backup.order(s.region())[0]], true, outcome{backup: true, failOpen: true}
+	}
 	return primary, true, outcome{failOpen: true}
 }
 

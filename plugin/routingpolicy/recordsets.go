@@ -107,7 +107,7 @@ func unknownFields(v any, kind, where string, out *[]string) {
 		}
 		sort.Strings(keys)
 		for _, k := range keys {
-			if !contains(known[kind], k) {
+			if !slices.Contains(known[kind], k) {
 				*out = append(*out, fmt.Sprintf("unknown field %q ignored", where+k))
 				continue
 			}
@@ -116,10 +116,6 @@ func unknownFields(v any, kind, where string, out *[]string) {
 			}
 		}
 	}
-}
-
-func contains(s []string, v string) bool {
-	return slices.Contains(s, v)
 }
 
 // parseRecordSets reads a JSON array or YAML list of ResourceRecordSet objects (or an object

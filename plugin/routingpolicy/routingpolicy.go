@@ -90,6 +90,10 @@ func (rp *RoutingPolicy) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *
 		return plugin.NextOrFailure(rp.Name(), rp.Next, ctx, w, r)
 	}
 	m.Rcode = res.rcode
+	if res.referral && len(m.Answer) == 0 {
+		// A referral is not authoritative; one after an in-zone CNAME is, for the CNAME.
+		m.Authoritative = false
+	}
 
 	if res.n > 0 {
 		rp.account(ctx, used[:res.n], src.id)

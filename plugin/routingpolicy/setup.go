@@ -2,6 +2,7 @@ package routingpolicy
 
 import (
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -113,10 +114,15 @@ func parseBlock(c *caddy.Controller) (*Config, error) {
 				return nil, c.Errf("%s given twice", prop)
 			}
 			seen[prop] = true
+			// A relative path is relative to the root directive's directory, as for file.
+			f := args[0]
+			if root := dnsserver.GetConfig(c).Root; !filepath.IsAbs(f) && root != "" {
+				f = filepath.Join(root, f)
+			}
 			if prop == "zonefile" {
-				cfg.ZoneFile = args[0]
+				cfg.ZoneFile = f
 			} else {
-				cfg.RecordSets = args[0]
+				cfg.RecordSets = f
 			}
 		case "reload":
 			args := c.RemainingArgs()

@@ -101,7 +101,7 @@ func TestParseGood(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(d.zones) != 2 || d.match("geo.example.net.") == nil {
-		t.Fatalf("zones: %v", d.origins)
+		t.Fatalf("zones: %v", d.zones)
 	}
 }
 

@@ -1,8 +1,6 @@
 package routingpolicy
 
 import (
-	"github.com/coredns/coredns/plugin"
-
 	"github.com/miekg/dns"
 )
 
@@ -10,19 +8,36 @@ import (
 // path reads it without locks.
 type zone struct {
 	origin string
-	soa    []dns.RR // the SOA, alone, capacity clipped so appends by later plugins copy
+	apex   *node
+	soa    []dns.RR // the SOA with the negative TTL, alone, capacity clipped so appends by later plugins copy
 	ns     []dns.RR // the apex NS set, clipped the same way
-	names  map[string]*node
-	// ents are the empty non-terminals: names with nothing of their own but names below them,
-	// which answer NODATA, not NXDOMAIN.
-	ents map[string]bool
+	nsGlue []dns.RR // the in-zone addresses of the apex name servers, for an apex NS answer
+	// names holds every name that exists (RFC 4592 2.2.2): names with records, empty
+	// non-terminals (nodes without sets, which answer NODATA, not NXDOMAIN), and names below zone
+	// cuts, whose data is occluded but serves as glue.
+	names map[string]*node
 	// negTTL is the TTL of the SOA in negative answers (RFC 2308: min of its TTL and MINIMUM).
 	negTTL uint32
 }
 
-// node is everything at one owner name.
+// node is everything at one owner name, with what the lookup needs precomputed at load time.
 type node struct {
+	name string
 	sets []rrset
+	// guard is the topmost strict ancestor that is a zone cut or owns a DNAME: a name under it
+	// is answered by a referral (RFC 1034 4.3.2 3b) or a DNAME substitution (RFC 6672 3.2), never
+	// from its own data.
+	guard *node
+	cut   *referral  // set when the node is a zone cut: NS records below the apex
+	dname *dns.DNAME // the DNAME owned here
+	wild  *node      // the node "*.<name>": the source of synthesis below this closest encloser
+}
+
+// referral is what a zone cut answers: its NS set in authority and the addresses of the name
+// servers below it (glue) in additional (RFC 1034 4.3.2 3b).
+type referral struct {
+	ns   []dns.RR
+	glue []dns.RR
 }
 
 // rrset is one type at a name: plain records or a policy.
@@ -30,6 +45,9 @@ type rrset struct {
 	qtype uint16
 	rrs   []dns.RR // plain records
 	pol   *policy
+	// extra are the in-zone addresses of the targets of plain MX, SRV, SVCB and HTTPS records,
+	// for the additional section (as file does).
+	extra []dns.RR
 }
 
 func (n *node) find(qtype uint16) *rrset {
@@ -43,12 +61,18 @@ func (n *node) find(qtype uint16) *rrset {
 
 func (n *node) add(s rrset) { n.sets = append(n.sets, s) }
 
+// plain returns the plain records of type qtype at n.
+func (n *node) plain(qtype uint16) []dns.RR {
+	if s := n.find(qtype); s != nil {
+		return s.rrs
+	}
+	return nil
+}
+
 // data is one loaded version of a routingpolicy block: every zone with its record sets and every
 // policy. A reload builds a new one and swaps it in atomically.
 type data struct {
 	zones    []*zone
-	origins  plugin.Zones
-	byOrigin map[string]*zone
 	policies []*policy
 }
 
@@ -77,4 +101,77 @@ func inZone(name, origin string) bool {
 		return false
 	}
 	return len(name) == len(origin) || name[len(name)-len(origin)-1] == '.'
+}
+
+// parent returns the name one label up; ok is false for the root.
+func parent(name string) (p string, ok bool) {
+	if name == "." || name == "" {
+		return "", false
+	}
+	i, end := dns.NextLabel(name, 0)
+	if end {
+		return ".", true
+	}
+	return name[i:], true
+}
+
+// encloser returns the closest encloser of name, which does not exist: its longest existing
+// ancestor (RFC 4592 3.3.1). name is in the zone, so the apex ends the walk.
+func (z *zone) encloser(name string) *node {
+	for {
+		p, ok := parent(name)
+		if !ok || len(p) < len(z.origin) {
+			return z.apex
+		}
+		if n := z.names[p]; n != nil {
+			return n
+		}
+		name = p
+	}
+}
+
+// how a lookup step found what answers a name.
+type found uint8
+
+const (
+	nxdomain   found = iota
+	exact            // the name's own node
+	wildcard         // the wildcard that synthesizes the name (RFC 4592)
+	delegation       // a zone cut at or above the name: a referral
+	substitute       // a DNAME above the name (RFC 6672)
+)
+
+// locate finds what answers name (lower case, in the zone) for qtype: the name itself, a zone
+// cut or DNAME above it, the wildcard of its closest encloser, or nothing. It is the one place
+// that decides this, for queries and for the load-time loop check alike.
+func (z *zone) locate(name string, qtype uint16) (*node, found) {
+	n := z.names[name]
+	if n != nil {
+		if g := n.guard; g != nil {
+			return g, guardKind(g)
+		}
+		// The cut itself answers DS from this zone, the parent (RFC 4035 3.1.4.1).
+		if n.cut != nil && qtype != dns.TypeDS {
+			return n, delegation
+		}
+		return n, exact
+	}
+	ce := z.encloser(name)
+	if g := ce.guard; g != nil {
+		return g, guardKind(g)
+	}
+	if ce.cut != nil || ce.dname != nil {
+		return ce, guardKind(ce)
+	}
+	if ce.wild != nil {
+		return ce.wild, wildcard
+	}
+	return nil, nxdomain
+}
+
+func guardKind(g *node) found {
+	if g.dname != nil {
+		return substitute
+	}
+	return delegation
 }

@@ -1,0 +1,412 @@
+package routingpolicy
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coredns/coredns/plugin/test"
+	"github.com/coresteer/coresteer/plugin/pkg/coretest"
+	"github.com/coresteer/coresteer/plugin/pkg/health"
+
+	"github.com/miekg/dns"
+)
+
+// zoneBlock is a zone with an apex, a delegation, wildcards, a DNAME and a CNAME to each.
+const zoneBlock = `routingpolicy example.org {
+	record @ SOA 3600 ns1.example.org. admin.example.org. 1 7200 1800 86400 60
+	record @ NS 3600 ns1.example.org.
+	record @ NS 3600 ns.example.net.
+	record ns1 A 300 192.0.2.53
+	record ns1 AAAA 300 2001:db8::53
+	record sub NS 3600 ns.sub
+	record sub NS 3600 ns1
+	record sub NS 3600 ns.example.net.
+	record sub DS 3600 12345 13 2 49FD46E6C4B45C55D4AC69CBD3CD34AC1AFE51DE5E1F7F0D4E2C7BAE4B1A1B2C
+	record ns.sub A 300 192.0.2.100
+	record ns.sub AAAA 300 2001:db8::100
+	record www.sub A 300 192.0.2.101
+	record tosub CNAME 300 www.sub
+	record *.wild A 300 192.0.2.1
+	record *.wild TXT 300 "wild"
+	record real.wild A 300 192.0.2.2
+	record leaf.ent.wild A 300 192.0.2.3
+	record *.x.y.deep MX 300 10 mail
+	record mail A 300 192.0.2.25
+	record mail AAAA 300 2001:db8::25
+	record *.cwild CNAME 300 target
+	record target A 300 192.0.2.9
+	record a.*.wildent A 300 192.0.2.4
+	record dn DNAME 300 target.example.org.
+	record dn TXT 300 "owner"
+	record x.target A 300 192.0.2.10
+	record out DNAME 300 example.net.
+	record mx MX 300 10 mail
+	record mx MX 300 20 mail.example.net.
+}`
+
+type zoneCase struct {
+	test.Case
+	notAA bool
+}
+
+func checkZone(t *testing.T, block string, cases []zoneCase) {
+	t.Helper()
+	rp, _ := newTest(t, block)
+	for _, tc := range cases {
+		m := askMsg(t, rp, tc.Msg(), "10.1.1.1")
+		if m.Authoritative == tc.notAA {
+			t.Errorf("%s %s: AA %v, want %v", tc.Qname, dns.TypeToString[tc.Qtype], m.Authoritative, !tc.notAA)
+		}
+		for _, sec := range [][]dns.RR{tc.Answer, tc.Ns, tc.Extra} {
+			sort.Sort(test.RRSet(sec))
+		}
+		if err := test.SortAndCheck(m, tc.Case); err != nil {
+			t.Errorf("%s %s: %v\n%v", tc.Qname, dns.TypeToString[tc.Qtype], err, m)
+		}
+	}
+}
+
+var (
+	zSOA     = test.SOA("example.org. 60 IN SOA ns1.example.org. admin.example.org. 1 7200 1800 86400 60")
+	zNS      = []dns.RR{test.NS("example.org. 3600 IN NS ns1.example.org."), test.NS("example.org. 3600 IN NS ns.example.net.")}
+	zSubNS   = []dns.RR{test.NS("sub.example.org. 3600 IN NS ns.sub.example.org."), test.NS("sub.example.org. 3600 IN NS ns1.example.org."), test.NS("sub.example.org. 3600 IN NS ns.example.net.")}
+	zSubGlue = []dns.RR{test.A("ns.sub.example.org. 300 IN A 192.0.2.100"), test.AAAA("ns.sub.example.org. 300 IN AAAA 2001:db8::100")}
+)
+
+// TestZoneDelegation: R-ZONE-2, RFC 1034 4.3.2: NS below the apex is a zone cut. Names at and
+// under it get a referral without AA, the cut's NS set and the in-domain glue (not the sibling
+// ns1, as file); DS at the cut is answered from this zone; data under the cut is occluded.
+func TestZoneDelegation(t *testing.T) {
+	ds := test.DS("sub.example.org. 3600 IN DS 12345 13 2 49FD46E6C4B45C55D4AC69CBD3CD34AC1AFE51DE5E1F7F0D4E2C7BAE4B1A1B2C")
+	checkZone(t, zoneBlock, []zoneCase{
+		{Case: test.Case{Qname: "sub.example.org.", Qtype: dns.TypeNS, Ns: zSubNS, Extra: zSubGlue}, notAA: true},
+		{Case: test.Case{Qname: "sub.example.org.", Qtype: dns.TypeA, Ns: zSubNS, Extra: zSubGlue}, notAA: true},
+		{Case: test.Case{Qname: "www.sub.example.org.", Qtype: dns.TypeA, Ns: zSubNS, Extra: zSubGlue}, notAA: true},
+		{Case: test.Case{Qname: "ns.sub.example.org.", Qtype: dns.TypeA, Ns: zSubNS, Extra: zSubGlue}, notAA: true},
+		{Case: test.Case{Qname: "a.b.sub.example.org.", Qtype: dns.TypeDS, Ns: zSubNS, Extra: zSubGlue}, notAA: true},
+		{Case: test.Case{Qname: "sub.example.org.", Qtype: dns.TypeDS, Answer: []dns.RR{ds}, Ns: zNS}},
+		// A CNAME into the delegation: the CNAME, authoritative, then the referral.
+		{Case: test.Case{Qname: "tosub.example.org.", Qtype: dns.TypeA,
+			Answer: []dns.RR{test.CNAME("tosub.example.org. 300 IN CNAME www.sub.example.org.")}, Ns: zSubNS, Extra: zSubGlue}},
+	})
+	// A cut without DS: NODATA for DS.
+	checkZone(t, `routingpolicy example.org {
+		record @ SOA 3600 ns1.example.org. admin.example.org. 1 7200 1800 86400 60
+		record sub NS 3600 ns.example.net.
+	}`, []zoneCase{
+		{Case: test.Case{Qname: "sub.example.org.", Qtype: dns.TypeDS, Ns: []dns.RR{zSOA}}},
+		{Case: test.Case{Qname: "sub.example.org.", Qtype: dns.TypeA, Ns: []dns.RR{test.NS("sub.example.org. 3600 IN NS ns.example.net.")}}, notAA: true},
+	})
+}
+
+// TestZoneApexNSGlue: R-ZONE-1: the apex NS answer carries the in-zone addresses of its name
+// servers in additional and nothing in authority, as file.
+func TestZoneApexNSGlue(t *testing.T) {
+	checkZone(t, zoneBlock, []zoneCase{
+		{Case: test.Case{Qname: "example.org.", Qtype: dns.TypeNS, Answer: zNS,
+			Extra: []dns.RR{test.A("ns1.example.org. 300 IN A 192.0.2.53"), test.AAAA("ns1.example.org. 300 IN AAAA 2001:db8::53")}}},
+	})
+}
+
+// TestZoneAdditional: R-ZONE-1: MX answers carry the in-zone addresses of their targets, as file.
+func TestZoneAdditional(t *testing.T) {
+	glue := []dns.RR{test.A("mail.example.org. 300 IN A 192.0.2.25"), test.AAAA("mail.example.org. 300 IN AAAA 2001:db8::25")}
+	checkZone(t, zoneBlock, []zoneCase{
+		{Case: test.Case{Qname: "mx.example.org.", Qtype: dns.TypeMX,
+			Answer: []dns.RR{test.MX("mx.example.org. 300 IN MX 10 mail.example.org."), test.MX("mx.example.org. 300 IN MX 20 mail.example.net.")},
+			Ns:     zNS, Extra: glue}},
+		{Case: test.Case{Qname: "q.x.y.deep.example.org.", Qtype: dns.TypeMX,
+			Answer: []dns.RR{test.MX("q.x.y.deep.example.org. 300 IN MX 10 mail.example.org.")}, Ns: zNS, Extra: glue}},
+	})
+	// A policy's MX item carries the addresses of its own targets.
+	rp, _ := newTest(t, `routingpolicy example.org {
+		record mail A 300 192.0.2.25
+		wrr mx MX 60 "1=10 mail"
+	}`)
+	m := ask(t, rp, "mx.example.org.", dns.TypeMX, "10.1.1.1")
+	if len(m.Extra) != 1 || m.Extra[0].(*dns.A).A.String() != "192.0.2.25" {
+		t.Fatalf("policy MX additional: %v", m.Extra)
+	}
+}
+
+// TestZoneWildcard: R-ZONE-2, RFC 4592: a wildcard matches names that do not exist, several labels
+// deep, with the query name as owner; an existing name or empty non-terminal blocks it; a type
+// it lacks is NODATA; a wildcard CNAME is chased; a wildcard that is an empty non-terminal
+// answers NODATA.
+func TestZoneWildcard(t *testing.T) {
+	checkZone(t, zoneBlock, []zoneCase{
+		{Case: test.Case{Qname: "any.wild.example.org.", Qtype: dns.TypeA,
+			Answer: []dns.RR{test.A("any.wild.example.org. 300 IN A 192.0.2.1")}, Ns: zNS}},
+		{Case: test.Case{Qname: "a.b.c.wild.example.org.", Qtype: dns.TypeTXT,
+			Answer: []dns.RR{test.TXT(`a.b.c.wild.example.org. 300 IN TXT "wild"`)}, Ns: zNS}},
+		{Case: test.Case{Qname: "any.wild.example.org.", Qtype: dns.TypeAAAA, Ns: []dns.RR{zSOA}}},
+		// Blocked by an existing name, by an empty non-terminal, and below them.
+		{Case: test.Case{Qname: "real.wild.example.org.", Qtype: dns.TypeA,
+			Answer: []dns.RR{test.A("real.wild.example.org. 300 IN A 192.0.2.2")}, Ns: zNS}},
+		{Case: test.Case{Qname: "real.wild.example.org.", Qtype: dns.TypeTXT, Ns: []dns.RR{zSOA}}},
+		{Case: test.Case{Qname: "ent.wild.example.org.", Qtype: dns.TypeA, Ns: []dns.RR{zSOA}}},
+		{Case: test.Case{Qname: "x.ent.wild.example.org.", Qtype: dns.TypeA, Rcode: dns.RcodeNameError, Ns: []dns.RR{zSOA}}},
+		{Case: test.Case{Qname: "x.real.wild.example.org.", Qtype: dns.TypeA, Rcode: dns.RcodeNameError, Ns: []dns.RR{zSOA}}},
+		// The wildcard's parent itself is not matched.
+		{Case: test.Case{Qname: "wild.example.org.", Qtype: dns.TypeA, Ns: []dns.RR{zSOA}}},
+		// A deeper wildcard: *.x.y.deep, not *.deep.
+		{Case: test.Case{Qname: "q.y.deep.example.org.", Qtype: dns.TypeMX, Rcode: dns.RcodeNameError, Ns: []dns.RR{zSOA}}},
+		// A wildcard CNAME, chased.
+		{Case: test.Case{Qname: "foo.cwild.example.org.", Qtype: dns.TypeA,
+			Answer: []dns.RR{test.CNAME("foo.cwild.example.org. 300 IN CNAME target.example.org."), test.A("target.example.org. 300 IN A 192.0.2.9")}, Ns: zNS}},
+		{Case: test.Case{Qname: "foo.cwild.example.org.", Qtype: dns.TypeCNAME,
+			Answer: []dns.RR{test.CNAME("foo.cwild.example.org. 300 IN CNAME target.example.org.")}, Ns: zNS}},
+		// A wildcard that is an empty non-terminal.
+		{Case: test.Case{Qname: "z.wildent.example.org.", Qtype: dns.TypeA, Ns: []dns.RR{zSOA}}},
+	})
+}
+
+// TestZoneDNAME: R-ZONE-2, RFC 6672: a name below a DNAME gets the DNAME and a CNAME
+// synthesized from it, chased in the zone; the owner answers its own data.
+func TestZoneDNAME(t *testing.T) {
+	dname := test.DNAME("dn.example.org. 300 IN DNAME target.example.org.")
+	checkZone(t, zoneBlock, []zoneCase{
+		{Case: test.Case{Qname: "x.dn.example.org.", Qtype: dns.TypeA,
+			Answer: []dns.RR{dname, test.CNAME("x.dn.example.org. 300 IN CNAME x.target.example.org."), test.A("x.target.example.org. 300 IN A 192.0.2.10")}, Ns: zNS}},
+		{Case: test.Case{Qname: "x.dn.example.org.", Qtype: dns.TypeCNAME,
+			Answer: []dns.RR{dname, test.CNAME("x.dn.example.org. 300 IN CNAME x.target.example.org.")}, Ns: zNS}},
+		{Case: test.Case{Qname: "nope.dn.example.org.", Qtype: dns.TypeA, Rcode: dns.RcodeNameError,
+			Answer: []dns.RR{dname, test.CNAME("nope.dn.example.org. 300 IN CNAME nope.target.example.org.")}, Ns: []dns.RR{zSOA}}},
+		{Case: test.Case{Qname: "dn.example.org.", Qtype: dns.TypeTXT,
+			Answer: []dns.RR{test.TXT(`dn.example.org. 300 IN TXT "owner"`)}, Ns: zNS}},
+		{Case: test.Case{Qname: "dn.example.org.", Qtype: dns.TypeDNAME, Answer: []dns.RR{dname}, Ns: zNS}},
+		{Case: test.Case{Qname: "a.b.out.example.org.", Qtype: dns.TypeA,
+			Answer: []dns.RR{test.DNAME("out.example.org. 300 IN DNAME example.net."), test.CNAME("a.b.out.example.org. 300 IN CNAME a.b.example.net.")}, Ns: zNS}},
+	})
+}
+
+// TestZoneLoadChecks: R-ZONE-2, R-ZONE-3: what cannot be answered as written is refused at load
+// with an error that says why.
+func TestZoneLoadChecks(t *testing.T) {
+	for _, tc := range []struct{ data, err string }{
+		// A policy at or under a zone cut names the record set and the cut.
+		{`record sub NS 60 ns.example.net.
+		  wrr www.sub A 60 "1=192.0.2.1"`, "wrr www.sub.example.org./A: the name is under the zone cut sub.example.org."},
+		{`record sub NS 60 ns.example.net.
+		  wrr sub A 60 "1=192.0.2.1"`, "wrr sub.example.org./A: the name is the zone cut sub.example.org."},
+		{`record dn DNAME 60 example.net.
+		  wrr x.dn A 60 "1=192.0.2.1"`, "wrr x.dn.example.org./A: the name is under the DNAME dn.example.org."},
+		// DNAME and wildcard rules.
+		{`record sub NS 60 ns.example.net.
+		  record sub DNAME 60 example.net.`, "a DNAME cannot be at a zone cut (RFC 6672 2.3)"},
+		{`record dn DNAME 60 a.dn`, "DNAME dn.example.org. → a.dn.example.org. points at or below itself"},
+		{`record dn DNAME 60 a.example.net.
+		  record dn DNAME 60 b.example.net.`, "a name has at most one DNAME"},
+		{`record *.w DNAME 60 example.net.`, "DNAME at the wildcard *.w.example.org."},
+		{`record *.w NS 60 ns.example.net.`, "NS records at the wildcard *.w.example.org."},
+		// CNAME beside other data, at the apex.
+		{`record a CNAME 60 b
+		  record a TXT 60 x`, "a.example.org. has a CNAME and other data"},
+		{`record @ CNAME 60 b.example.net.`, "CNAME at the zone apex"},
+		// Signed data would be served unsigned.
+		{`record a RRSIG 60 A 13 3 60 20300101000000 20200101000000 12345 example.org. AAAA`, "signed zone data is not supported"},
+		// Names outside the zone.
+		{`record www.example.net. A 60 192.0.2.1`, "outside the zones"},
+		{`wrr www.example.net. A 60 "1=192.0.2.1"`, "outside the zones"},
+	} {
+		err := loadErr("routingpolicy example.org {\n" + tc.data + "\n}")
+		if err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%s:\n  error %v\n  want  %q", tc.data, err, tc.err)
+		}
+	}
+}
+
+// TestZoneCNAMELoop: R-ZONE-3, regression: an in-zone CNAME loop answered 8 CNAMEs with NOERROR;
+// it is a load error naming the loop, whatever closes it: plain records, a policy's item, a
+// wildcard or a DNAME.
+func TestZoneCNAMELoop(t *testing.T) {
+	for _, tc := range []struct{ data, err string }{
+		{`record a CNAME 60 b
+		  record b CNAME 60 a`, "CNAME loop: a.example.org. → b.example.org. → a.example.org."},
+		{`record a CNAME 60 a`, "CNAME loop: a.example.org. → a.example.org."},
+		{`record a CNAME 60 b
+		  wrr b CNAME 60 "1=c;1=a"
+		  record c A 60 192.0.2.1`, "CNAME loop: a.example.org. → b.example.org. → a.example.org."},
+		{`record a CNAME 60 x.w
+		  record *.w CNAME 60 a`, "CNAME loop: a.example.org. → x.w.example.org. → a.example.org."},
+		{`record d DNAME 60 e.example.org.
+		  record x.e CNAME 60 x.d`, "CNAME loop: x.e.example.org. → x.d.example.org. → x.e.example.org."},
+		{`record d DNAME 60 e.example.org.
+		  record e DNAME 60 d.example.org.`, "CNAME loop: loop-check.d.example.org. → loop-check.e.example.org. → loop-check.d.example.org."},
+		{`record d DNAME 60 a.e.example.org.
+		  record e DNAME 60 d.example.org.`, "chain longer than 64 steps"},
+	} {
+		err := loadErr("routingpolicy example.org {\n" + tc.data + "\n}")
+		if err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%s:\n  error %v\n  want  %q", tc.data, err, tc.err)
+		}
+	}
+	// A chain that ends is fine, through a wildcard and a DNAME too.
+	if err := loadErr(`routingpolicy example.org {
+		record a CNAME 60 x.w
+		record *.w CNAME 60 y.d
+		record d DNAME 60 e.example.org.
+		record y.e A 60 192.0.2.1
+	}`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestZoneWildcardPolicy: R-ZONE-2: a policy on a wildcard name, inline and from a record-set
+// file, answers per query with the query name as owner, health included.
+func TestZoneWildcardPolicy(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "rs.yaml")
+	if err := os.WriteFile(f, []byte(`- name: "*.api.example.org."
+  type: A
+  ttl: 30
+  routingPolicy:
+    healthCheck: web
+    wrr:
+      items:
+      - {weight: 1, rrdatas: [10.0.1.1]}
+      - {weight: 1, rrdatas: [10.0.1.2]}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rp, b := newTest(t, `routingpolicy example.org {
+		recordsets `+f+`
+		wrr *.app A 30 "1=10.0.0.1;1=10.0.0.2" healthcheck web
+		record real.app A 30 10.0.0.9
+	}`)
+	for _, tc := range []struct{ name, a, b, real string }{
+		{"x.y.app.example.org.", "10.0.0.1", "10.0.0.2", "10.0.0.9"},
+		{"x.y.api.example.org.", "10.0.1.1", "10.0.1.2", ""},
+	} {
+		got := count(t, rp, tc.name, "10.1.1.1", 1000)
+		if got[tc.a] == 0 || got[tc.b] == 0 || len(got) != 2 {
+			t.Fatalf("%s: want both items, got %v", tc.name, got)
+		}
+		m := ask(t, rp, tc.name, dns.TypeA, "10.1.1.1")
+		if len(m.Answer) != 1 || m.Answer[0].Header().Name != tc.name || !m.Authoritative {
+			t.Fatalf("%s: owner must be the query name: %v", tc.name, m.Answer)
+		}
+		set(b, "web", tc.a, health.Unhealthy)
+		if got := count(t, rp, tc.name, "10.1.1.1", 100); got[tc.b] != 100 {
+			t.Fatalf("%s with %s unhealthy: %v", tc.name, tc.a, got)
+		}
+	}
+	// An existing name blocks the wildcard policy.
+	if got := addrs(ask(t, rp, "real.app.example.org.", dns.TypeA, "10.1.1.1")); got != "10.0.0.9" {
+		t.Fatalf("real.app: %s", got)
+	}
+	// The policy's own name, asked literally, answers too (with its own owner).
+	if m := ask(t, rp, "*.app.example.org.", dns.TypeA, "10.1.1.1"); len(m.Answer) != 1 || m.Answer[0].Header().Name != "*.app.example.org." {
+		t.Fatalf("*.app: %v", m.Answer)
+	}
+}
+
+// manyItems returns n WRR or geo items in the record-set format.
+func manyItems(n int, geo bool) string {
+	var b strings.Builder
+	for i := range n {
+		if geo {
+			fmt.Fprintf(&b, "      - {location: r%d, rrdatas: [10.0.%d.%d]}\n", i, i/250, i%250+1)
+		} else {
+			fmt.Fprintf(&b, "      - {weight: 1, rrdatas: [10.0.%d.%d]}\n", i/250, i%250+1)
+		}
+	}
+	return b.String()
+}
+
+// TestZoneItemLimit: R-ZONE-3, regression: a record-set file with more than 128 WRR items loaded
+// and then panicked in the query path (index out of range [128], SERVFAIL); the same shape of
+// geo could panic in a file reload. The limit is checked at load for every source.
+func TestZoneItemLimit(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "rs.yaml")
+	write := func(s string) {
+		if err := os.WriteFile(f, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	block := "routingpolicy example.org {\n recordsets " + f + "\n}"
+	write("- name: www.example.org.\n  type: A\n  routingPolicy:\n    wrr:\n      items:\n" + manyItems(129, false))
+	if err := loadErr(block); err == nil || !strings.Contains(err.Error(), "wrr www.example.org./A") || !strings.Contains(err.Error(), "129 items, at most 128 allowed") {
+		t.Fatalf("129 WRR items in a file: %v", err)
+	}
+	var coords strings.Builder
+	for i := range 300 {
+		fmt.Fprintf(&coords, "coordinates r%d %d 0\n", i, i%90)
+	}
+	geoBlock := "routingpolicy example.org {\n" + coords.String() + " recordsets " + f + "\n}"
+	write("- name: www.example.org.\n  type: A\n  routingPolicy:\n    geo:\n      items:\n" + manyItems(300, true))
+	if err := loadErr(geoBlock); err == nil || !strings.Contains(err.Error(), "300 items, at most 128 allowed") {
+		t.Fatalf("300 geo items in a file: %v", err)
+	}
+	// 128 is allowed and answers.
+	write("- name: www.example.org.\n  type: A\n  routingPolicy:\n    wrr:\n      items:\n" + manyItems(128, false))
+	rp, _ := newTest(t, block)
+	if m := ask(t, rp, "www.example.org.", dns.TypeA, "10.1.1.1"); m.Rcode != dns.RcodeSuccess || len(m.Answer) != 1 {
+		t.Fatalf("128 items: %v", m)
+	}
+	// Inline, the same limit.
+	items := make([]string, 0, 129)
+	for i := range 129 {
+		items = append(items, fmt.Sprintf("1=10.0.0.%d", i%250+1))
+	}
+	if err := loadErr(`routingpolicy example.org {
+		wrr www A 60 "` + strings.Join(items, ";") + `"
+	}`); err == nil || !strings.Contains(err.Error(), "129 items, at most 128 allowed") {
+		t.Fatalf("129 inline items: %v", err)
+	}
+}
+
+// TestZoneChecksEverySource: R-ZONE-3: the zone checks run on zone files and record-set files,
+// at load and on every file reload; a reload that fails them keeps the last good data and logs
+// why.
+func TestZoneChecksEverySource(t *testing.T) {
+	dir := t.TempDir()
+	zf := filepath.Join(dir, "db.example.org")
+	rs := filepath.Join(dir, "rs.json")
+	write := func(f, s string, mod time.Time) {
+		if err := os.WriteFile(f, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(f, mod, mod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct{ zone, rs, err string }{
+		{"a 60 CNAME b\nb 60 CNAME a\n", "[]", "CNAME loop: a.example.org. → b.example.org. → a.example.org."},
+		{"", `[{"name": "a.example.org.", "type": "CNAME", "rrdatas": ["b.example.org."]}, {"name": "b.example.org.", "type": "CNAME", "rrdatas": ["a.example.org."]}]`, "CNAME loop"},
+		{"a 60 CNAME b\na 60 TXT x\n", "[]", "has a CNAME and other data"},
+		{"", `[{"name": "a.example.org.", "type": "CNAME", "rrdatas": ["b.example.org."]}, {"name": "a.example.org.", "type": "TXT", "rrdatas": ["x"]}]`, "has a CNAME and other data"},
+		{"www.example.net. 60 A 192.0.2.1\n", "[]", "outside the zones"},
+		{"", `[{"name": "www.example.net.", "type": "A", "rrdatas": ["192.0.2.1"]}]`, "outside the zones"},
+		{"sub 60 NS ns.example.net.\n", `[{"name": "www.sub.example.org.", "type": "A", "routingPolicy": {"wrr": {"items": [{"weight": 1, "rrdatas": ["192.0.2.1"]}]}}}]`, "under the zone cut sub.example.org."},
+	} {
+		write(zf, "$ORIGIN example.org.\n"+tc.zone, fixedNow)
+		write(rs, tc.rs, fixedNow)
+		err := loadErr("routingpolicy example.org {\n zonefile " + zf + "\n recordsets " + rs + "\n}")
+		if err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("zone %q, recordsets %s: error %v, want %q", tc.zone, tc.rs, err, tc.err)
+		}
+	}
+
+	// A reload that brings a loop keeps the last good data and logs why.
+	write(zf, "$ORIGIN example.org.\na 60 CNAME b\nb 60 A 192.0.2.1\n", fixedNow)
+	write(rs, "[]", fixedNow)
+	rp, _ := newTest(t, "routingpolicy example.org {\n reload 0\n zonefile "+zf+"\n recordsets "+rs+"\n}")
+	logs := coretest.CaptureLog(t)
+	write(zf, "$ORIGIN example.org.\na 60 CNAME b\nb 60 CNAME a\n", fixedNow.Add(time.Second))
+	if rp.reloadIfChanged(fixedNow) {
+		t.Fatal("a zone file with a CNAME loop was loaded")
+	}
+	if logs.Count("Reload of [example.org.] failed, serving the last good data", "CNAME loop: a.example.org. → b.example.org. → a.example.org.") != 1 {
+		t.Fatalf("the failed reload is not logged with its reason:\n%s", logs)
+	}
+	if got := addrs(ask(t, rp, "a.example.org.", dns.TypeA, "10.1.1.1")); got != "192.0.2.1,CNAME:b.example.org." {
+		t.Fatalf("after the failed reload: %s", got)
+	}
+}
