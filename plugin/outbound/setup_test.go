@@ -146,7 +146,7 @@ func TestParseErrors(t *testing.T) {
 // O-4: the per-region limit holds across the server blocks of one instance; O-9: a name is
 // declared once per instance.
 func TestRegistryLimits(t *testing.T) {
-	reg := &registry{byName: map[string]*Endpoint{}, byRegion: map[string]int{}}
+	reg := newRegistry()
 	for i := range maxPerRegion {
 		if err := reg.declare(&Endpoint{Name: fmt.Sprint("e", i), Region: "europe-west1"}); err != nil {
 			t.Fatal(err)
