@@ -29,7 +29,10 @@ import (
 var log = clog.NewWithPlugin("outbound")
 
 const (
-	defaultTimeout       = 5 * time.Second
+	// defaultTimeout is the query's deadline: forward's too (2 attempts of 2 s per upstream), and
+	// below the 5 s stub resolvers (glibc, dig) wait, so a client sees our SERVFAIL, not its own
+	// timeout.
+	defaultTimeout       = 4 * time.Second
 	minTimeout           = 100 * time.Millisecond
 	maxTimeout           = 60 * time.Second
 	defaultMaxConcurrent = 1000

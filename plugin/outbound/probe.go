@@ -2,6 +2,7 @@ package outbound
 
 import (
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -31,14 +32,14 @@ func (o *Outbound) exploreLoop(stop <-chan struct{}) {
 		case <-stop:
 			return
 		case <-t.C:
-			o.explore()
+			o.explore(stop)
 		}
 	}
 }
 
-// explore sends this round's probes, waits for them and publishes the rank and up gauges. Tests
-// call it directly with a fake clock.
-func (o *Outbound) explore() {
+// explore sends this round's probes, waits for them (a shutdown cuts them short) and publishes
+// the rank and up gauges. Tests call it directly with a fake clock.
+func (o *Outbound) explore(stop <-chan struct{}) {
 	now := o.now()
 	m := new(dns.Msg)
 	m.SetQuestion(o.probeQ.Name, o.probeQ.Qtype)
@@ -47,8 +48,11 @@ func (o *Outbound) explore() {
 	if err != nil {
 		return
 	}
-	var wg sync.WaitGroup
-	seen := map[*pair]bool{}
+	var (
+		wg     sync.WaitGroup
+		probes []*attempt
+		seen   = map[*pair]bool{}
+	)
 	for _, rr := range o.rankers() {
 		for _, p := range rr.rk.pairs {
 			if seen[p] {
@@ -62,31 +66,46 @@ func (o *Outbound) explore() {
 			if !p.probing.CompareAndSwap(false, true) {
 				continue // another zone sharing this endpoint probes it
 			}
+			a := &attempt{p: p, q: o.probeQ, wire: slices.Clone(wire), tcp: o.forceTCP, ctl: &attemptCtl{}}
+			probes = append(probes, a)
 			wg.Go(func() {
 				defer p.probing.Store(false)
-				o.probe(p, append([]byte(nil), wire...))
+				o.probe(a)
 			})
 		}
 	}
-	wg.Wait()
+	finished := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(finished)
+	}()
+	select {
+	case <-finished:
+	case <-stop:
+		for _, a := range probes {
+			a.cancel()
+		}
+		<-finished
+	}
 	o.publish()
 }
 
-// probe sends one probe through p and records its outcome.
-func (o *Outbound) probe(p *pair, wire []byte) {
-	a := attempt{p: p, q: o.probeQ, wire: wire, tcp: o.forceTCP, start: time.Now()}
+// probe sends one probe and records its outcome.
+func (o *Outbound) probe(a *attempt) {
+	a.start = time.Now()
 	deadline := a.start.Add(min(probeTimeout, o.timeout))
 	if a.err = a.send(deadline); a.err == nil {
 		a.err = a.wait(deadline)
 	}
 	a.close()
-	if errors.Is(a.err, errClosed) {
+	if errors.Is(a.err, errClosed) || errors.Is(a.err, errCancelled) {
 		return
 	}
 	res := success
 	if a.err != nil || isErrorRcode(a.m.Rcode) {
 		res = failure
 	}
+	p := a.p
 	probeCount.WithLabelValues(o.servers[0], o.zones[0], p.ep.Name, p.dstStr, resultString[res]).Inc()
 	if _, recovered := p.record(o.now(), res, time.Since(a.start)); recovered {
 		recoveryCount.WithLabelValues(o.servers[0], o.zones[0], p.ep.Name, p.dstStr).Inc()

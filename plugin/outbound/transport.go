@@ -177,11 +177,10 @@ type attempt struct {
 	start time.Time
 	hedge time.Time // when the next path may be tried (O-6)
 
-	c       *conn
-	id      uint16
-	buf     *[]byte
-	got     int  // TCP: bytes of the current message read so far; a read cut by a deadline resumes
-	garbage bool // a reply that does not parse was seen
+	c   *conn
+	id  uint16
+	buf *[]byte
+	got int // TCP: bytes of the current message read so far; a read cut by a deadline resumes
 
 	ctl *attemptCtl // set when the attempt listens in its own goroutine (hedging)
 
@@ -232,8 +231,9 @@ func write(c *conn, wire []byte) error {
 }
 
 // wait reads until the reply whose ID and question match, or until deadline. Other replies and
-// garbage are skipped: they never end the wait (O-10). At the deadline it returns errTimeout with
-// the socket open, so the caller may wait longer. A truncated UDP reply is retried over TCP through
+// short garbage are skipped: they never end the wait (O-10); a reply with our ID that does not
+// parse is the resolver's, and fails the attempt. At the deadline it returns errTimeout with the
+// socket open, so the caller may wait longer. A truncated UDP reply is retried over TCP through
 // the same pair; a pooled TCP connection found closed by the resolver is replaced and the query
 // sent again (pkg/proxy's ErrCachedClosed), without counting a failure.
 func (a *attempt) wait(deadline time.Time) error {
@@ -250,9 +250,6 @@ func (a *attempt) wait(deadline time.Time) error {
 				if a.isCancelled() {
 					return errCancelled
 				}
-				if a.garbage {
-					return errMalformed
-				}
 				return errTimeout
 			}
 			stale := a.tcp && a.c.cached && a.got == 0 && closedByPeer(err)
@@ -261,7 +258,11 @@ func (a *attempt) wait(deadline time.Time) error {
 				return err
 			}
 		} else {
-			m := a.match(msg)
+			m, err := a.match(msg)
+			if err != nil {
+				a.drop()
+				return err
+			}
 			if m == nil {
 				continue
 			}
@@ -309,27 +310,20 @@ func (a *attempt) read() ([]byte, error) {
 
 // match returns the reply in msg if it answers this attempt (O-10): the ID, the response bit and
 // the question match; a header-only reply (no question: legal for errors such as REFUSED or
-// FORMERR) with the right ID is an answer too.
-func (a *attempt) match(msg []byte) *dns.Msg {
-	if len(msg) < 12 {
-		a.garbage = true
-		return nil
-	}
-	if binary.BigEndian.Uint16(msg) != a.id || msg[2]&0x80 == 0 {
-		return nil
+// FORMERR) with the right ID is an answer too. A reply with our ID that does not parse is
+// errMalformed.
+func (a *attempt) match(msg []byte) (*dns.Msg, error) {
+	if len(msg) < 12 || binary.BigEndian.Uint16(msg) != a.id || msg[2]&0x80 == 0 {
+		return nil, nil
 	}
 	m := new(dns.Msg)
 	if err := m.Unpack(msg); err != nil {
-		a.garbage = true
-		return nil
+		return nil, errMalformed
 	}
-	if len(m.Question) == 0 {
-		return m
+	if len(m.Question) == 0 || len(m.Question) == 1 && questionMatches(m.Question[0], a.q) {
+		return m, nil
 	}
-	if len(m.Question) != 1 || !questionMatches(m.Question[0], a.q) {
-		return nil
-	}
-	return m
+	return nil, nil
 }
 
 // use makes c the attempt's socket, unless the attempt was cancelled.
