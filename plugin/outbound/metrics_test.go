@@ -51,6 +51,35 @@ func sumMetric(t *testing.T, name string, match map[string]string) float64 {
 	return sum
 }
 
+// seriesCount counts the series of every outbound metric whose labels contain all of match.
+func seriesCount(t *testing.T, match map[string]string) int {
+	t.Helper()
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, mf := range mfs {
+		if !strings.HasPrefix(mf.GetName(), "coredns_outbound_") {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			for k, v := range match {
+				if labels[k] != v {
+					continue series
+				}
+			}
+			n++
+		}
+	}
+	return n
+}
+
 // The metrics of the README move: attempts by rcode (timeouts included), latency of every
 // attempt, failovers, all-failed, refused past max_concurrent, probes, up/down and rank.
 func TestMetrics(t *testing.T) {

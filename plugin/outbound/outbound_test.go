@@ -223,6 +223,25 @@ func TestAllFail(t *testing.T) {
 	}
 }
 
+// O-10 (issue 13, problem 4): when the resolver answers with an error, the client gets that reply
+// as received, its rcode and Extended DNS Error included, not one synthesized by outbound.
+func TestResolverErrorReplyKept(t *testing.T) {
+	r := startResolver(t, "127.0.0.50")
+	s := coretest.Start(t, twoEndpoints(r.addr, ""))
+	r.setMode(modeServfailEDE)
+	m := new(dns.Msg)
+	m.SetQuestion("bogus.example.", dns.TypeA)
+	m.SetEdns0(1232, true)
+	a, err := s.Exchange(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := edeOf(a)
+	if a.Rcode != dns.RcodeServerFailure || e == nil || e.InfoCode != dns.ExtendedErrorCodeDNSBogus || e.ExtraText != "signature expired" {
+		t.Errorf("O-10: the resolver's SERVFAIL with EDE 6 reached the client as %v", a)
+	}
+}
+
 // shortHalfLife makes outcomes fade fast for tests on the wall clock; call the result to restore.
 func shortHalfLife(d time.Duration) func() {
 	old := halfLife.Swap(int64(d))

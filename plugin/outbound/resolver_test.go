@@ -16,19 +16,19 @@ import (
 
 // Modes of a test resolver.
 const (
-	modeAnswer   = iota // NOERROR with an A record (NXDOMAIN for names starting with "nx.")
-	modeServfail        // SERVFAIL
-	modeRefused         // REFUSED
-	modeSilent          // no reply at all
-	modeTruncate        // TC over UDP, full answer over TCP
-	modeGarbage         // wrong ID, then wrong question, then garbage, then nothing
-	modeSpoofed         // wrong ID, wrong question and garbage first, then the right answer
-	modeHeaderRefused   // REFUSED with the right ID and no question section
-	modeServfailEDE     // SERVFAIL with Extended DNS Error 6 (DNSSEC Bogus)
-	modeBig             // an answer of 40 A records, larger than 512 bytes, even over UDP without EDNS0
-	modeWrongID         // the answer with a wrong ID only
-	modeWrongQuestion   // the right ID with another question, then the right answer
-	modeBadBytes        // 3 bytes, then 30 bytes that start with the query's ID and do not parse
+	modeAnswer        = iota // NOERROR with an A record (NXDOMAIN for names starting with "nx.")
+	modeServfail             // SERVFAIL
+	modeRefused              // REFUSED
+	modeSilent               // no reply at all
+	modeTruncate             // TC over UDP, full answer over TCP
+	modeGarbage              // wrong ID, then wrong question, then garbage, then nothing
+	modeSpoofed              // wrong ID, wrong question and garbage first, then the right answer
+	modeHeaderRefused        // REFUSED with the right ID and no question section
+	modeServfailEDE          // SERVFAIL with Extended DNS Error 6 (DNSSEC Bogus)
+	modeBig                  // an answer of 40 A records, larger than 512 bytes, even over UDP without EDNS0
+	modeWrongID              // the answer with a wrong ID only
+	modeWrongQuestion        // the right ID with another question, then the right answer
+	modeBadBytes             // 3 bytes, then 30 bytes that start with the query's ID and do not parse
 )
 
 // resolver is a small DNS server on a loopback address that records the source address of every
@@ -41,25 +41,40 @@ type resolver struct {
 	delay   atomic.Int64
 	answer  net.IP
 	queries atomic.Int64
-	quiet   atomic.Bool // do not record sources and IDs (benchmarks)
+	quiet   atomic.Bool  // do not record sources and IDs (benchmarks)
 	tcpIdle atomic.Int64 // how long an idle TCP connection is kept; 0: miekg/dns's 8 s
 	// TCP connections accepted and closed by the resolver.
 	accepted, closed atomic.Int64
 
-	mu      sync.Mutex
-	sources map[netip.Addr]int
-	names   map[string]int // queries per question name, lower case
-	ids     []uint16
-	dropped map[netip.Addr]bool
-	slow    map[netip.Addr]time.Duration // extra delay per source
-	onQuery func(*dns.Msg)               // called under mu
-	refuse  string                       // names with this prefix are refused
+	mu         sync.Mutex
+	sources    map[netip.Addr]int
+	names      map[string]int // queries per question name, lower case
+	ids        []uint16
+	dropped    map[netip.Addr]bool
+	slow       map[netip.Addr]time.Duration // extra delay per source
+	onQuery    func(*dns.Msg)               // called under mu
+	refuse     string                       // names with this prefix are refused
+	refuseFrom netip.Addr                   // every query from this source is refused
 }
 
 // drop makes the resolver ignore queries from src, as if the endpoint's path were cut.
 func (r *resolver) drop(src netip.Addr) {
 	r.mu.Lock()
 	r.dropped[src] = true
+	r.mu.Unlock()
+}
+
+// refuseNames makes the resolver refuse the names that start with prefix.
+func (r *resolver) refuseNames(prefix string) {
+	r.mu.Lock()
+	r.refuse = prefix
+	r.mu.Unlock()
+}
+
+// refuseSource makes the resolver refuse every query from src, as an ACL would.
+func (r *resolver) refuseSource(src netip.Addr) {
+	r.mu.Lock()
+	r.refuseFrom = src
 	r.mu.Unlock()
 }
 
@@ -199,7 +214,7 @@ func (r *resolver) serve(w dns.ResponseWriter, q *dns.Msg) {
 		r.names[strings.ToLower(q.Question[0].Name)]++
 	}
 	r.ids = append(r.ids, q.Id)
-	refuse := r.refuse != "" && len(q.Question) == 1 && strings.HasPrefix(q.Question[0].Name, r.refuse)
+	refuse := r.refuse != "" && len(q.Question) == 1 && strings.HasPrefix(q.Question[0].Name, r.refuse) || r.refuseFrom == ap.Addr().Unmap()
 	if r.onQuery != nil {
 		r.onQuery(q)
 	}
