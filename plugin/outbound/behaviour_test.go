@@ -107,7 +107,7 @@ func TestResolverBehaviourTable(t *testing.T) {
 		}
 		s := coretest.Start(t, corefile.String())
 		for i, row := range rows {
-			wg.Go(func() { cells[i][j] = runBehaviour(t, s, resolvers[i], i, row) })
+			wg.Go(func() { cells[i][j] = runBehaviour(s, resolvers[i], i, row) })
 		}
 	}
 	wg.Wait()
@@ -148,7 +148,7 @@ func tcpLine(tcp bool) string {
 }
 
 // runBehaviour asks row's question through s as a stub resolver would (UDP, then TCP on TC).
-func runBehaviour(t *testing.T, s *coretest.Server, r *resolver, i int, row behaviour) cell {
+func runBehaviour(s *coretest.Server, r *resolver, i int, row behaviour) cell {
 	zone := fmt.Sprintf("r%02d.test.", i)
 	if row.idle {
 		if _, err := stubQuery(s, "warm."+zone, false); err != nil {
@@ -231,4 +231,3 @@ func plural(n int, one, many string) string {
 	}
 	return many
 }
-

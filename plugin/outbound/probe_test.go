@@ -51,7 +51,7 @@ func TestProbeProperty(t *testing.T) {
 // O-6 (issue 13, problem 5): every pair that needs a probe gets one in the round, however many
 // they are: ten failed paths are ten probes, not the first eight in declaration order.
 func TestEveryDuePairProbed(t *testing.T) {
-	var rs []*resolver
+	rs := make([]*resolver, 0, 10)
 	targets := ""
 	for i := range 10 {
 		r := startResolver(t, fmt.Sprintf("127.0.0.%d", 71+i))
