@@ -89,9 +89,8 @@ func (x *query) run() result {
 // hedged runs the attempts that overlap: first keeps listening in its own goroutine while the
 // next pair is tried, and so on at each attempt's time, until one answers or all are done.
 func (x *query) hedged(first *attempt) result {
-	hx := new(query)
-	*hx = *x
-	x = hx
+	h := new(query) // the goroutines share it; x stays on the caller's stack
+	*h = *x
 	done := make(chan *attempt, maxAttempts)
 	var pending []*attempt
 	listen := func(a *attempt, send bool) {
@@ -103,9 +102,9 @@ func (x *query) hedged(first *attempt) result {
 				a.err = a.send(a.hedge)
 			}
 			if a.err == nil {
-				a.err = a.wait(x.deadline)
+				a.err = a.wait(h.deadline)
 			}
-			x.finish(a)
+			h.finish(a)
 			done <- a
 		}()
 	}
@@ -113,31 +112,33 @@ func (x *query) hedged(first *attempt) result {
 	*a = *first
 	a.err = nil
 	listen(a, false)
-	timer := time.NewTimer(0)
+	timer := time.NewTimer(0) // the first attempt's time is up
 	defer timer.Stop()
-	for len(pending) > 0 {
+	// Every attempt that ends without the answer re-arms the timer, so a pair that may still be
+	// tried is tried even when nothing is pending.
+	for len(pending) > 0 || h.canStart() {
 		select {
 		case <-timer.C:
-			if x.canStart() {
+			if h.canStart() {
 				a := new(attempt)
-				x.begin(a)
+				h.begin(a)
 				listen(a, true)
 				timer.Reset(time.Until(a.hedge))
 			}
 		case a := <-done:
 			pending = slices.DeleteFunc(pending, func(b *attempt) bool { return b == a })
-			if x.settle(a) {
+			if h.settle(a) {
 				for _, b := range pending {
 					b.cancel()
 				}
-				res := x.result(a)
+				res := h.result(a)
 				res.cancelled, res.done = pending, done
 				return res
 			}
 			timer.Reset(0) // a failure, or an error rcode: the next pair may go now
 		}
 	}
-	return x.errReply
+	return h.errReply
 }
 
 // canStart reports whether another attempt may start: a pair is left, the bound and the deadline
