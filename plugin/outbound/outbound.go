@@ -183,8 +183,9 @@ func (o *Outbound) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 	if err != nil {
 		return dns.RcodeFormatError, err
 	}
+	udp := state.Proto() == "udp"
 	x := query{o: o, server: server, zone: zone, rk: rk, order: rank.order, q: r.Question[0], wire: wire,
-		tcp: o.forceTCP || state.Proto() == "tcp", deadline: deadline}
+		tcp: o.forceTCP || !udp, deadline: deadline}
 	res := x.run()
 	defer res.drain()
 	if res.m == nil {
@@ -201,7 +202,7 @@ func (o *Outbound) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 	if len(m.Question) == 0 {
 		m.Question = r.Question
 	}
-	if state.Proto() == "udp" && res.size > state.Size() {
+	if udp && res.size > 512 && res.size > state.Size() {
 		m.Truncate(state.Size())
 	}
 	if metadata.ValueFuncs(ctx) != nil {
