@@ -66,7 +66,7 @@ func (o *Outbound) fqdnRanker(ctx context.Context, state request.Request, from r
 			return e.rk, nil
 		}
 		defer o.fq.refreshing[k].Store(false)
-		ne, err := o.lookupFQDN(ctx, state, e)
+		ne, err := o.lookupFQDN(ctx, state, from, e)
 		if err != nil {
 			log.Warningf("Refreshing target %s for region %s failed, keeping %v: %v", o.fqdn, o.loc.Table.Name(from), e.addrs, err)
 			ne = &fqdnEntry{addrs: e.addrs, rk: e.rk, held: e.held, refresh: now.Add(retryRefresh), expires: e.expires}
@@ -81,7 +81,7 @@ func (o *Outbound) fqdnRanker(ctx context.Context, state request.Request, from r
 	if e2 := slot.Load(); e2 != e && e2 != nil && o.now().Before(e2.expires) {
 		return e2.rk, nil
 	}
-	ne, err := o.lookupFQDN(ctx, state, e)
+	ne, err := o.lookupFQDN(ctx, state, from, e)
 	if err != nil {
 		return nil, err
 	}
@@ -117,8 +117,8 @@ func (o *Outbound) dropEntry(e *fqdnEntry) {
 
 var errSelfLoop = errors.New("resolving the FQDN target came back to outbound: nothing in this server answers it")
 
-// lookupFQDN resolves the target name through this server for the client of state.
-func (o *Outbound) lookupFQDN(ctx context.Context, state request.Request, prev *fqdnEntry) (*fqdnEntry, error) {
+// lookupFQDN resolves the target name through this server for the client of state, in region from.
+func (o *Outbound) lookupFQDN(ctx context.Context, state request.Request, from region.ID, prev *fqdnEntry) (*fqdnEntry, error) {
 	if ctx.Value(selfLookupKey{}) != nil {
 		return nil, errSelfLoop
 	}
@@ -176,7 +176,7 @@ func (o *Outbound) lookupFQDN(ctx context.Context, state request.Request, prev *
 			// P-4 holds for resolved targets too: a pschealth destination's state is seen.
 			e.held[a] = o.board.Acquire(health.Key{Addr: a})
 		}
-		e.rk = o.newRanker(targets, e.held)
+		e.rk = o.newRanker(targets, e.held, from)
 	}
 	return e, nil
 }

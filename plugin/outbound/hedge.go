@@ -175,15 +175,6 @@ func (x *query) next() int {
 	return first
 }
 
-func (x *query) nthOf(p *pair) int {
-	for k := range x.n {
-		if x.rk.pairs[x.tried[k]] == p {
-			return k
-		}
-	}
-	return -1
-}
-
 // begin prepares attempt a through the next pair.
 func (x *query) begin(a *attempt) {
 	i := x.next()
@@ -194,7 +185,7 @@ func (x *query) begin(a *attempt) {
 	}
 	p := x.rk.pairs[i]
 	now := time.Now()
-	*a = attempt{p: p, q: x.q, wire: x.wire, tcp: x.tcp, start: now, hedge: x.deadline}
+	*a = attempt{p: p, i: i, nth: x.n - 1, q: x.q, wire: x.wire, tcp: x.tcp, start: now, hedge: x.deadline}
 	if t := now.Add(attemptTime(p)); x.canStart() && t.Before(x.deadline) {
 		a.hedge = t
 	}
@@ -262,8 +253,7 @@ func (x *query) settle(a *attempt) bool {
 }
 
 func (x *query) result(a *attempt) result {
-	nth := x.nthOf(a.p)
-	return result{m: a.m, i: x.tried[nth], nth: nth, size: a.n}
+	return result{m: a.m, i: a.i, nth: a.nth, size: a.n}
 }
 
 // err says, for the log, why no resolver answered.

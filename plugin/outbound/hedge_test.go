@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"sync"
 	"testing"
 	"time"
 
@@ -143,5 +144,37 @@ func TestErrorRcodeTriesAnotherTargetOnce(t *testing.T) {
 	}
 	if n := r1.asked("y.example.") + r2.asked("y.example.") + r3.asked("y.example."); n != 2 {
 		t.Errorf("%d resolvers asked after SERVFAIL, want 2", n)
+	}
+}
+
+// O-6: answers that arrive just as the attempt's time runs out race with the hedge and its
+// cancellation. Every query is answered, and no socket closed by a cancellation goes back to the
+// pool: a second round through the same pools is answered too.
+func TestHedgingRaces(t *testing.T) {
+	r := startResolver(t, "127.0.0.50")
+	r.slowDown(netip.MustParseAddr("127.0.0.11"), attemptMin)
+	o := newHandler(t, twoPaths(r.addr, "timeout 3s"))
+	for round := range 2 {
+		var wg sync.WaitGroup
+		errs := make(chan string, 40)
+		for i := range 40 {
+			wg.Go(func() {
+				name := fmt.Sprintf("r%d-%d.example.", round, i)
+				if m, _ := serveMeta(t, o, name); m == nil || m.Rcode != dns.RcodeSuccess || len(m.Answer) != 1 {
+					errs <- fmt.Sprintf("%s: %v", name, m)
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for e := range errs {
+			t.Errorf("round %d: %s", round, e)
+		}
+		for _, p := range o.rk.pairs {
+			p.mu.Lock()
+			p.consec, p.tot, p.succ, p.lat = 0, 0, 0, 0 // both paths in the race again
+			p.mu.Unlock()
+		}
+		failGen.Add(1)
 	}
 }

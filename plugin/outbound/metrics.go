@@ -83,16 +83,13 @@ var (
 	}
 )
 
-// seriesKey names one gauge series (gauge set) or, with gauge empty, every series of every
-// metric whose labels include the non-empty ones: a zone, an endpoint of a zone, a pair of a zone.
-type seriesKey struct {
-	gauge                                  *prometheus.GaugeVec
-	server, zone, region, endpoint, target string
-}
+// seriesKey names the series of every metric whose labels include its non-empty ones: a zone,
+// an endpoint of a zone, a pair of a zone, the rank of a pair for a region.
+type seriesKey struct{ server, zone, region, endpoint, target string }
 
 // series counts the users of each key. A reload starts the new instance before the old one
-// stops, and zones and endpoints may be shared between blocks: a series is deleted when the last
-// user of what it describes lets go, never before.
+// stops, and zones and endpoints may be shared between blocks: series are deleted when the last
+// user of what they describe lets go, never before.
 var series = struct {
 	sync.Mutex
 	refs map[seriesKey]int
@@ -111,20 +108,11 @@ func releaseSeries(k seriesKey) {
 		return
 	}
 	delete(series.refs, k)
-	if k.gauge != nil {
-		if k.gauge == rankGauge {
-			k.gauge.DeleteLabelValues(k.server, k.zone, k.region, k.endpoint, k.target)
-		} else {
-			k.gauge.DeleteLabelValues(k.server, k.zone, k.endpoint, k.target)
-		}
-		return
-	}
 	l := prometheus.Labels{"server": k.server, "zone": k.zone}
-	if k.endpoint != "" {
-		l["endpoint"] = k.endpoint
-	}
-	if k.target != "" {
-		l["target"] = k.target
+	for name, v := range map[string]string{"region": k.region, "endpoint": k.endpoint, "target": k.target} {
+		if v != "" {
+			l[name] = v
+		}
 	}
 	for _, v := range vecs {
 		v.DeletePartialMatch(l)
@@ -134,13 +122,12 @@ func releaseSeries(k seriesKey) {
 // serverLabels returns the `server` label of each address the block listens on, as CoreDNS
 // builds it (dnsserver's groupConfigsByListenAddr), or "" outside a server (handler tests).
 func serverLabels(cfg *dnsserver.Config) []string {
-	if cfg == nil {
-		return []string{""}
-	}
 	var out []string
-	for _, h := range cfg.ListenHosts {
-		if a, err := net.ResolveTCPAddr("tcp", net.JoinHostPort(h, cfg.Port)); err == nil {
-			out = append(out, cfg.Transport+"://"+a.String())
+	if cfg != nil {
+		for _, h := range cfg.ListenHosts {
+			if a, err := net.ResolveTCPAddr("tcp", net.JoinHostPort(h, cfg.Port)); err == nil {
+				out = append(out, cfg.Transport+"://"+a.String())
+			}
 		}
 	}
 	if len(out) == 0 {
@@ -151,42 +138,20 @@ func serverLabels(cfg *dnsserver.Config) []string {
 
 // publish sets the rank and up gauges of this block's pairs under its first server label: rank
 // for queries from the server's region, and for an FQDN target from every region it was resolved
-// for. A series it no longer shows is released.
+// for. The rankers hold these series (startup.go).
 func (o *Outbound) publish() {
-	shown := make(map[seriesKey]float64, len(o.shown))
-	for _, rr := range o.rankers() {
-		region := o.loc.Table.Name(rr.from)
-		for pos, i := range rr.rk.order(rr.from).order {
-			p := rr.rk.pairs[i]
+	for _, rk := range o.rankers() {
+		region := o.loc.Table.Name(rk.from)
+		for pos, i := range rk.order(rk.from).order {
+			p := rk.pairs[i]
 			up := 1.0
 			if p.isDown() {
 				up = 0
 			}
 			for _, z := range o.zones {
-				shown[seriesKey{gauge: rankGauge, server: o.servers[0], zone: z, region: region, endpoint: p.ep.Name, target: p.dstStr}] = float64(pos + 1)
-				shown[seriesKey{gauge: upGauge, server: o.servers[0], zone: z, endpoint: p.ep.Name, target: p.dstStr}] = up
+				rankGauge.WithLabelValues(o.servers[0], z, region, p.ep.Name, p.dstStr).Set(float64(pos + 1))
+				upGauge.WithLabelValues(o.servers[0], z, p.ep.Name, p.dstStr).Set(up)
 			}
-		}
-	}
-	for k, v := range shown {
-		if _, ok := o.shown[k]; !ok {
-			retainSeries(k)
-		}
-		if k.gauge == rankGauge {
-			k.gauge.WithLabelValues(k.server, k.zone, k.region, k.endpoint, k.target).Set(v)
-		} else {
-			k.gauge.WithLabelValues(k.server, k.zone, k.endpoint, k.target).Set(v)
-		}
-	}
-	o.unpublish(shown)
-	o.shown = shown
-}
-
-// unpublish releases the gauges shown before and not in keep.
-func (o *Outbound) unpublish(keep map[seriesKey]float64) {
-	for k := range o.shown {
-		if _, ok := keep[k]; !ok {
-			releaseSeries(k)
 		}
 	}
 }

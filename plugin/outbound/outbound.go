@@ -69,7 +69,6 @@ type Outbound struct {
 	lookup    func(context.Context, request.Request, string) (*dns.Msg, error) // nil: selfLookup
 	held      map[netip.Addr]*health.Target                                    // P-4: targets whose health a destination publishes
 	series    []seriesKey                                                      // the zones and endpoints whose series this block uses
-	shown     map[seriesKey]float64                                            // gauges last published
 	inflight  atomic.Int64
 
 	stopc   chan struct{}

@@ -53,8 +53,8 @@ func (o *Outbound) explore(stop <-chan struct{}) {
 		probes []*attempt
 		seen   = map[*pair]bool{}
 	)
-	for _, rr := range o.rankers() {
-		for _, p := range rr.rk.pairs {
+	for _, rk := range o.rankers() {
+		for _, p := range rk.pairs {
 			if seen[p] {
 				continue
 			}

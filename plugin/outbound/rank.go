@@ -238,6 +238,7 @@ type ranker struct {
 	table   *region.Table
 	now     func() time.Time
 	health  []*health.Target // per pair, the board entry of its target; nil entries are unchecked
+	from    region.ID        // the region whose rank it publishes (metrics.go)
 	series  []seriesKey      // the metric series of its pairs, held until dropRanker
 
 	byRegion []atomic.Pointer[ranking] // index: region ID + 1 (0 is region.None)

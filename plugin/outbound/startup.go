@@ -64,14 +64,14 @@ func (o *Outbound) bind(reg *registry) error {
 			o.held[t.Addr()] = o.board.Acquire(health.Key{Addr: t.Addr()})
 		}
 	}
-	o.rk = o.newRanker(o.targets, o.held)
+	o.rk = o.newRanker(o.targets, o.held, o.loc.Server())
 	return nil
 }
 
 // newRanker builds the candidate set of every endpoint towards every target, holding each pair
-// and the metric series of each pair in this block's zones until dropRanker.
-// held gives the board entry of each target address (P-4); a missing one is unchecked.
-func (o *Outbound) newRanker(targets []netip.AddrPort, held map[netip.Addr]*health.Target) *ranker {
+// and the metric series of each pair in this block's zones (its rank for region from) until
+// dropRanker. held gives the board entry of each target address (P-4); a missing one is unchecked.
+func (o *Outbound) newRanker(targets []netip.AddrPort, held map[netip.Addr]*health.Target, from region.ID) *ranker {
 	pairs := make([]*pair, 0, len(o.endpoints)*len(targets))
 	regions := make([]region.ID, 0, cap(pairs))
 	health := make([]*health.Target, 0, cap(pairs))
@@ -87,15 +87,17 @@ func (o *Outbound) newRanker(targets []netip.AddrPort, held map[netip.Addr]*heal
 		}
 	}
 	rk := newRanker(pairs, regions, o.loc.Table, o.now)
-	rk.health = health
+	rk.health, rk.from = health, from
 	for _, p := range pairs {
 		for _, s := range o.servers {
 			for _, z := range o.zones {
-				k := seriesKey{server: s, zone: z, endpoint: p.ep.Name, target: p.dstStr}
-				retainSeries(k)
-				rk.series = append(rk.series, k)
+				rk.series = append(rk.series, seriesKey{server: s, zone: z, endpoint: p.ep.Name, target: p.dstStr},
+					seriesKey{server: s, zone: z, region: o.loc.Table.Name(from), endpoint: p.ep.Name, target: p.dstStr})
 			}
 		}
+	}
+	for _, k := range rk.series {
+		retainSeries(k)
 	}
 	return rk
 }
@@ -110,23 +112,17 @@ func (o *Outbound) dropRanker(rk *ranker) {
 	}
 }
 
-// rankedRegion is a ranker in use and the source region it ranks for in the rank metric.
-type rankedRegion struct {
-	rk   *ranker
-	from region.ID
-}
-
-// rankers returns the rankers in use: the static targets' for the server's region, or the FQDN
-// target's for every region it was resolved for.
-func (o *Outbound) rankers() []rankedRegion {
+// rankers returns the rankers in use: the static targets', or the FQDN target's of every region
+// it was resolved for.
+func (o *Outbound) rankers() []*ranker {
 	if o.rk != nil {
-		return []rankedRegion{{o.rk, o.loc.Server()}}
+		return []*ranker{o.rk}
 	}
-	var out []rankedRegion
+	var out []*ranker
 	if o.fq != nil {
 		for i := range o.fq.slots {
 			if e := o.fq.slots[i].Load(); e != nil {
-				out = append(out, rankedRegion{e.rk, region.ID(i - 1)})
+				out = append(out, e.rk)
 			}
 		}
 	}
@@ -149,8 +145,6 @@ func (o *Outbound) stop() {
 		o.wg.Wait()
 		o.stopc = nil
 	}
-	o.unpublish(nil)
-	o.shown = nil
 	if o.rk != nil {
 		o.dropRanker(o.rk)
 		o.rk = nil

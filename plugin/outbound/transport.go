@@ -170,12 +170,13 @@ func newID() uint16 { return uint16(rand.Uint32()) } //nolint:gosec // the low 1
 // attempt is one query sent through one pair. It listens until the reply that matches it, a
 // deadline, or its cancellation when another attempt of the same query answered first.
 type attempt struct {
-	p     *pair
-	q     dns.Question
-	wire  []byte // the packed query; every send writes a fresh ID into it
-	tcp   bool
-	start time.Time
-	hedge time.Time // when the next path may be tried (O-6)
+	p      *pair
+	i, nth int // the pair's index in its ranker; the attempt's rank in its query
+	q      dns.Question
+	wire   []byte // the packed query; every send writes a fresh ID into it
+	tcp    bool
+	start  time.Time
+	hedge  time.Time // when the next path may be tried (O-6)
 
 	c   *conn
 	id  uint16
@@ -203,7 +204,7 @@ func (a *attempt) send(deadline time.Time) error {
 		if err != nil {
 			return err
 		}
-		if err := a.use(c); err != nil {
+		if err := a.setConn(c); err != nil {
 			return err
 		}
 		a.id, a.got = newID(), 0
@@ -247,7 +248,7 @@ func (a *attempt) wait(deadline time.Time) error {
 		msg, err := a.read()
 		if err != nil {
 			if isTimeout(err) {
-				if a.isCancelled() {
+				if a.locked(func() error { return nil }) != nil {
 					return errCancelled
 				}
 				return errTimeout
@@ -268,8 +269,9 @@ func (a *attempt) wait(deadline time.Time) error {
 			}
 			if !m.Truncated || a.tcp {
 				a.m, a.n = m, len(msg)
-				a.p.up.put(a.c)
+				c := a.c
 				a.setConn(nil)
+				a.p.up.put(c)
 				return nil
 			}
 			a.drop() // the rest of this reply is not coming over UDP
@@ -326,28 +328,33 @@ func (a *attempt) match(msg []byte) (*dns.Msg, error) {
 	return nil, nil
 }
 
-// use makes c the attempt's socket, unless the attempt was cancelled.
-func (a *attempt) use(c *conn) error {
+// locked runs f unless the attempt was cancelled, under the lock that orders it with cancel, so a
+// socket or a deadline set by f is never set after the cancellation.
+func (a *attempt) locked(f func() error) error {
 	if a.ctl == nil {
-		a.c = c
-		return nil
+		return f()
 	}
 	a.ctl.mu.Lock()
 	defer a.ctl.mu.Unlock()
 	if a.ctl.cancelled {
-		c.c.Close()
 		return errCancelled
 	}
-	a.c = c
-	return nil
+	return f()
 }
 
-func (a *attempt) setConn(c *conn) {
+// setConn sets the attempt's socket under the lock cancel takes. Once the attempt is cancelled
+// a new socket is refused (closed).
+func (a *attempt) setConn(c *conn) error {
 	if a.ctl != nil {
 		a.ctl.mu.Lock()
 		defer a.ctl.mu.Unlock()
+		if a.ctl.cancelled && c != nil {
+			c.c.Close()
+			return errCancelled
+		}
 	}
 	a.c = c
+	return nil
 }
 
 // drop closes the attempt's socket: after an error or without a reply it is not reused.
@@ -358,18 +365,8 @@ func (a *attempt) drop() {
 	}
 }
 
-// setDeadline sets the read deadline under the cancellation lock, so a cancellation is never
-// overwritten by a later deadline.
 func (a *attempt) setDeadline(d time.Time) error {
-	if a.ctl == nil {
-		return a.c.c.SetReadDeadline(d)
-	}
-	a.ctl.mu.Lock()
-	defer a.ctl.mu.Unlock()
-	if a.ctl.cancelled {
-		return errCancelled
-	}
-	return a.c.c.SetReadDeadline(d)
+	return a.locked(func() error { return a.c.c.SetReadDeadline(d) })
 }
 
 // cancel ends the wait of an attempt listening in its own goroutine.
@@ -380,15 +377,6 @@ func (a *attempt) cancel() {
 	if a.c != nil {
 		a.c.c.SetReadDeadline(time.Unix(1, 0))
 	}
-}
-
-func (a *attempt) isCancelled() bool {
-	if a.ctl == nil {
-		return false
-	}
-	a.ctl.mu.Lock()
-	defer a.ctl.mu.Unlock()
-	return a.ctl.cancelled
 }
 
 // close gives back what the attempt holds; a socket still open got no reply and is not reused.
