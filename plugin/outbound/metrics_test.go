@@ -13,18 +13,20 @@ import (
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
-// sumMetric adds up every series of the metric called name whose labels contain all of match.
-func sumMetric(t *testing.T, name string, match map[string]string) float64 {
+// gather returns the series of the metrics whose name keep accepts and whose labels contain all
+// of match.
+func gather(t *testing.T, keep func(name string) bool, match map[string]string) []*dto.Metric {
 	t.Helper()
 	mfs, err := prometheus.DefaultGatherer.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum := 0.0
+	var out []*dto.Metric
 	for _, mf := range mfs {
-		if mf.GetName() != name {
+		if !keep(mf.GetName()) {
 			continue
 		}
 	series:
@@ -38,14 +40,24 @@ func sumMetric(t *testing.T, name string, match map[string]string) float64 {
 					continue series
 				}
 			}
-			switch {
-			case m.GetCounter() != nil:
-				sum += m.GetCounter().GetValue()
-			case m.GetGauge() != nil:
-				sum += m.GetGauge().GetValue()
-			case m.GetHistogram() != nil:
-				sum += float64(m.GetHistogram().GetSampleCount())
-			}
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// sumMetric adds up every series of the metric called name whose labels contain all of match.
+func sumMetric(t *testing.T, name string, match map[string]string) float64 {
+	t.Helper()
+	sum := 0.0
+	for _, m := range gather(t, func(n string) bool { return n == name }, match) {
+		switch {
+		case m.GetCounter() != nil:
+			sum += m.GetCounter().GetValue()
+		case m.GetGauge() != nil:
+			sum += m.GetGauge().GetValue()
+		case m.GetHistogram() != nil:
+			sum += float64(m.GetHistogram().GetSampleCount())
 		}
 	}
 	return sum
@@ -54,30 +66,7 @@ func sumMetric(t *testing.T, name string, match map[string]string) float64 {
 // seriesCount counts the series of every outbound metric whose labels contain all of match.
 func seriesCount(t *testing.T, match map[string]string) int {
 	t.Helper()
-	mfs, err := prometheus.DefaultGatherer.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, mf := range mfs {
-		if !strings.HasPrefix(mf.GetName(), "coredns_outbound_") {
-			continue
-		}
-	series:
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			for k, v := range match {
-				if labels[k] != v {
-					continue series
-				}
-			}
-			n++
-		}
-	}
-	return n
+	return len(gather(t, func(n string) bool { return strings.HasPrefix(n, "coredns_outbound_") }, match))
 }
 
 // The metrics of the README move: attempts by rcode (timeouts included), latency of every

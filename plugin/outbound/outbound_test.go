@@ -32,6 +32,19 @@ func twoEndpoints(target, extra string) string {
 }`
 }
 
+// askEDNS asks name A with EDNS0 through s.
+func askEDNS(t *testing.T, s *coretest.Server, name string) *dns.Msg {
+	t.Helper()
+	m := new(dns.Msg)
+	m.SetQuestion(name, dns.TypeA)
+	m.SetEdns0(1232, false)
+	a, err := s.Exchange(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
 func mustQuery(t *testing.T, s *coretest.Server, from, name string) *dns.Msg {
 	t.Helper()
 	m, err := s.QueryFrom(from, name, dns.TypeA)
@@ -202,13 +215,7 @@ func TestAllFail(t *testing.T) {
 	r := startResolver(t, "127.0.0.50")
 	s := coretest.Start(t, twoEndpoints(r.addr, "timeout 1s"))
 	r.setMode(modeSilent)
-	m := new(dns.Msg)
-	m.SetQuestion("fail.example.", dns.TypeA)
-	m.SetEdns0(1232, false)
-	a, err := s.Exchange(m)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := askEDNS(t, s, "fail.example.")
 	if a.Rcode != dns.RcodeServerFailure {
 		t.Fatalf("rcode %s", dns.RcodeToString[a.Rcode])
 	}
@@ -229,13 +236,7 @@ func TestResolverErrorReplyKept(t *testing.T) {
 	r := startResolver(t, "127.0.0.50")
 	s := coretest.Start(t, twoEndpoints(r.addr, ""))
 	r.setMode(modeServfailEDE)
-	m := new(dns.Msg)
-	m.SetQuestion("bogus.example.", dns.TypeA)
-	m.SetEdns0(1232, true)
-	a, err := s.Exchange(m)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := askEDNS(t, s, "bogus.example.")
 	e := edeOf(a)
 	if a.Rcode != dns.RcodeServerFailure || e == nil || e.InfoCode != dns.ExtendedErrorCodeDNSBogus || e.ExtraText != "signature expired" {
 		t.Errorf("O-10: the resolver's SERVFAIL with EDE 6 reached the client as %v", a)

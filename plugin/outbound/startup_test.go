@@ -50,16 +50,14 @@ func TestFQDNPairsPruned(t *testing.T) {
 	var addr atomic.Value
 	addr.Store("127.0.0.31")
 	o, clk := fqdnHandler(t, r1.port(), &addr)
-	m := new(dns.Msg)
-	m.SetQuestion("x.example.", dns.TypeA)
-	serve(t, o, m)
+	serveMeta(t, o, "x.example.")
 	old := "127.0.0.31:" + r1.port()
 	if seriesCount(t, map[string]string{"target": old}) == 0 {
 		t.Fatal("no series for the first address")
 	}
 	addr.Store("127.0.0.32")
 	clk.advance(11 * time.Second)
-	serve(t, o, m)
+	serveMeta(t, o, "x.example.")
 	e := o.endpoints[0]
 	e.mu.Lock()
 	pairs := len(e.pairs)
@@ -82,9 +80,7 @@ func TestFQDNRankMetrics(t *testing.T) {
 	var addr atomic.Value
 	addr.Store("127.0.0.31")
 	o, _ := fqdnHandler(t, r.port(), &addr)
-	m := new(dns.Msg)
-	m.SetQuestion("x.example.", dns.TypeA)
-	serve(t, o, m)
+	serveMeta(t, o, "x.example.")
 	o.explore(nil)
 	l := map[string]string{"zone": "example.", "target": "127.0.0.31:" + r.port(), "endpoint": "default"}
 	if v := sumMetric(t, "coredns_outbound_rank", map[string]string{"zone": "example.", "region": "europe-west1", "target": l["target"]}); v != 1 {
@@ -141,17 +137,13 @@ func TestRemovedEndpointSeriesDeleted(t *testing.T) {
 // everything else; the old Corefile keeps serving.
 func TestFailedReloadGivesBackPairs(t *testing.T) {
 	r := startResolver(t, "127.0.0.50")
-	port := coretest.FreePort(t)
-	pc, err := net.ListenPacket("udp", "127.0.0.1:"+port)
+	// The port the new Corefile wants is taken (UDP), so its startup fails after outbound's.
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pc.Close()
-	l, err := net.Listen("tcp", "127.0.0.1:"+port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	_, port, _ := net.SplitHostPort(pc.LocalAddr().String())
 	block := `failed.example.:0 {
 	bind 127.0.0.1
 	outbound {
