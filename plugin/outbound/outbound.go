@@ -70,6 +70,7 @@ type Outbound struct {
 	held      map[netip.Addr]*health.Target                                    // P-4: targets whose health a destination publishes
 	series    []seriesKey                                                      // the zones and endpoints whose series this block uses
 	inflight  atomic.Int64
+	bound     bool // bind took what stop gives back
 
 	stopc   chan struct{}
 	wg      sync.WaitGroup

@@ -52,6 +52,7 @@ func (o *Outbound) bind(reg *registry) error {
 	for _, k := range o.series {
 		retainSeries(k)
 	}
+	o.bound = true
 	if o.fqdn != "" {
 		o.fq = newFQDNCache(o.loc.Table.Len())
 		return nil
@@ -137,7 +138,8 @@ func (o *Outbound) start() error {
 	return nil
 }
 
-// stop gives back everything bind and start took.
+// stop gives back everything bind and start took, once. Queries still in flight keep o.rk:
+// their pairs are closed under them (errClosed, not recorded).
 func (o *Outbound) stop() {
 	o.started.Store(false)
 	if o.stopc != nil {
@@ -145,9 +147,12 @@ func (o *Outbound) stop() {
 		o.wg.Wait()
 		o.stopc = nil
 	}
+	if !o.bound {
+		return
+	}
+	o.bound = false
 	if o.rk != nil {
 		o.dropRanker(o.rk)
-		o.rk = nil
 	}
 	for a, t := range o.held {
 		o.board.Release(t)
