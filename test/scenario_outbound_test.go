@@ -314,7 +314,7 @@ func TestScenarioOutboundEndpointFailure(t *testing.T) {
 	}
 }`, "R", r.addr))
 
-	// Probes ask the zone apex SOA (README of outbound, "Failover and exploration"): they are told
+	// Probes ask the zone apex SOA (README of outbound, "Exploration"): they are told
 	// apart from the load by their name.
 	isLoad := func(e obSeen) bool { return strings.HasPrefix(e.name, "load-") }
 

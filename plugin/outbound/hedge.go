@@ -151,7 +151,7 @@ func (x *query) canStart() bool {
 // prefers a pair whose endpoint has not failed in this query (O-6: the next endpoint, not the same
 // dead path to another target). After an error rcode only one more pair is tried, towards another
 // target: the same resolver would say the same about the name, and a fan-out through every
-// endpoint would only load it (README, "Failover").
+// endpoint would only load it (README, "Failover and hedging").
 func (x *query) next() int {
 	if x.errReply.m != nil && x.after > 0 {
 		return -1
