@@ -42,7 +42,7 @@ func rcodeIs(rc int) func(*dns.Msg) bool { return func(m *dns.Msg) bool { return
 
 // O-6, O-10: the resolver behaviours of issue 13, run against stock forward and outbound in the
 // same test, with the same test resolver and client (a stub that retries over TCP on TC). outbound
-// must be right on every row, no slower (10 % + 100 ms of slack) and send no more queries than
+// must be right on every row, no slower (10 % + 250 ms of slack: the rows that matter differ by 500 ms or more) and send no more queries than
 // forward; with two endpoints it may send one more (the hedge). go test -run Behaviour -v prints
 // the table of README.md.
 func TestResolverBehaviourTable(t *testing.T) {
@@ -130,7 +130,7 @@ func TestResolverBehaviourTable(t *testing.T) {
 			if !c.ok {
 				t.Errorf("%s, %s: the client saw %s", row.name, forwarders[j].name, c.saw)
 			}
-			if c.took > fwd.took+fwd.took/10+100*time.Millisecond {
+			if c.took > fwd.took+fwd.took/10+250*time.Millisecond {
 				t.Errorf("%s, %s: %v, slower than forward's %v", row.name, forwarders[j].name, c.took, fwd.took)
 			}
 			if c.queries > fwd.queries+extra {
