@@ -42,9 +42,9 @@ func rcodeIs(rc int) func(*dns.Msg) bool { return func(m *dns.Msg) bool { return
 
 // O-6, O-10: the resolver behaviours of issue 13, run against stock forward and outbound in the
 // same test, with the same test resolver and client (a stub that retries over TCP on TC). outbound
-// must be right on every row, no slower (10 % + 250 ms of slack: the rows that matter differ by 500 ms or more) and send no more queries than
-// forward; with two endpoints it may send one more (the hedge). go test -run Behaviour -v prints
-// the table of README.md.
+// must be right on every row, no slower (10 % + 250 ms of slack: the differences that matter are
+// 500 ms or more) and send no more queries than forward; with two endpoints it may send one more
+// (the hedge). go test -run Behaviour -v prints the table of README.md.
 func TestResolverBehaviourTable(t *testing.T) {
 	rows := []behaviour{
 		{name: "normal", want: answers(1)},
