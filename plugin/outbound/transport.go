@@ -37,7 +37,7 @@ const (
 	// dnsperf's 100 in flight when it was 64). Idle sockets past idleExpire are closed on put.
 	maxIdle    = 1000
 	udpBufSize = 1232
-	readBuf    = 2 + dns.MaxMsgSize // a TCP length prefix and the largest message
+	readBuf    = dns.MaxMsgSize
 )
 
 var (
@@ -181,7 +181,8 @@ type attempt struct {
 	c   *conn
 	id  uint16
 	buf *[]byte
-	got int // TCP: bytes of the current message read so far; a read cut by a deadline resumes
+	got int     // TCP: bytes of the current message read so far, prefix included: a read cut by
+	pfx [2]byte // a deadline resumes; pfx holds the length prefix
 
 	ctl *attemptCtl // set when the attempt listens in its own goroutine (hedging)
 
@@ -294,15 +295,18 @@ func (a *attempt) read() ([]byte, error) {
 		return buf[:n], err
 	}
 	for {
-		need := 2
-		if a.got >= 2 {
-			need += int(binary.BigEndian.Uint16(buf))
-			if a.got == need {
+		var n int
+		var err error
+		if a.got < 2 {
+			n, err = a.c.c.Read(a.pfx[a.got:])
+		} else {
+			need := int(binary.BigEndian.Uint16(a.pfx[:]))
+			if a.got-2 == need {
 				a.got = 0
-				return buf[2:need], nil
+				return buf[:need], nil
 			}
+			n, err = a.c.c.Read(buf[a.got-2 : need])
 		}
-		n, err := a.c.c.Read(buf[a.got:need])
 		a.got += n
 		if err != nil {
 			return nil, err

@@ -1,6 +1,7 @@
 package outbound
 
 import (
+	"io"
 	"testing"
 	"time"
 
@@ -74,13 +75,13 @@ func TestTCPReadResumes(t *testing.T) {
 	}
 	// Read the length prefix and a few bytes only, as a deadline in the middle would.
 	a.buf = bufPool.Get().(*[]byte)
-	for a.got < 5 {
-		n, err := a.c.c.Read((*a.buf)[a.got:5])
-		a.got += n
-		if err != nil {
-			t.Fatal(err)
-		}
+	if _, err := io.ReadFull(a.c.c, a.pfx[:]); err != nil {
+		t.Fatal(err)
 	}
+	if _, err := io.ReadFull(a.c.c, (*a.buf)[:3]); err != nil {
+		t.Fatal(err)
+	}
+	a.got = 5
 	if err := a.wait(time.Now().Add(time.Second)); err != nil || len(a.m.Answer) != 40 {
 		t.Fatalf("resumed read: %v, %v", err, a.m)
 	}
