@@ -178,11 +178,11 @@ type attempt struct {
 	start  time.Time
 	hedge  time.Time // when the next path may be tried (O-6)
 
-	c   *conn
-	id  uint16
-	buf *[]byte
-	got int     // TCP: bytes of the current message read so far, prefix included: a read cut by
-	pfx [2]byte // a deadline resumes; pfx holds the length prefix
+	c    *conn
+	id   uint16
+	buf  *[]byte
+	got  int // TCP: bytes of the current message read so far, prefix included, so a read cut
+	size int // by a deadline resumes; size is the message's length, from its prefix
 
 	ctl *attemptCtl // set when the attempt listens in its own goroutine (hedging)
 
@@ -287,7 +287,8 @@ func (a *attempt) wait(deadline time.Time) error {
 	}
 }
 
-// read returns the next datagram, or over TCP the next length-prefixed message.
+// read returns the next datagram, or over TCP the next length-prefixed message. The prefix is
+// read into the buffer, then the message over it.
 func (a *attempt) read() ([]byte, error) {
 	buf := *a.buf
 	if !a.tcp {
@@ -295,18 +296,18 @@ func (a *attempt) read() ([]byte, error) {
 		return buf[:n], err
 	}
 	for {
-		var n int
-		var err error
-		if a.got < 2 {
-			n, err = a.c.c.Read(a.pfx[a.got:])
-		} else {
-			need := int(binary.BigEndian.Uint16(a.pfx[:]))
-			if a.got-2 == need {
-				a.got = 0
-				return buf[:need], nil
-			}
-			n, err = a.c.c.Read(buf[a.got-2 : need])
+		if a.got == 2 {
+			a.size = int(binary.BigEndian.Uint16(buf))
 		}
+		if a.got >= 2 && a.got-2 == a.size {
+			a.got = 0
+			return buf[:a.size], nil
+		}
+		from, to := a.got, 2
+		if a.got >= 2 {
+			from, to = a.got-2, a.size
+		}
+		n, err := a.c.c.Read(buf[from:to])
 		a.got += n
 		if err != nil {
 			return nil, err

@@ -1,6 +1,7 @@
 package outbound
 
 import (
+	"encoding/binary"
 	"io"
 	"testing"
 	"time"
@@ -75,9 +76,10 @@ func TestTCPReadResumes(t *testing.T) {
 	}
 	// Read the length prefix and a few bytes only, as a deadline in the middle would.
 	a.buf = bufPool.Get().(*[]byte)
-	if _, err := io.ReadFull(a.c.c, a.pfx[:]); err != nil {
+	if _, err := io.ReadFull(a.c.c, (*a.buf)[:2]); err != nil {
 		t.Fatal(err)
 	}
+	a.size = int(binary.BigEndian.Uint16(*a.buf))
 	if _, err := io.ReadFull(a.c.c, (*a.buf)[:3]); err != nil {
 		t.Fatal(err)
 	}
