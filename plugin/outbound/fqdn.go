@@ -66,14 +66,12 @@ func (o *Outbound) fqdnRanker(ctx context.Context, state request.Request, from r
 			return e.rk, nil
 		}
 		defer o.fq.refreshing[k].Store(false)
-		if ne, err := o.lookupFQDN(ctx, state, e); err == nil {
-			o.fq.swap(o, slot, ne)
-			return ne.rk, nil
-		} else {
+		ne, err := o.lookupFQDN(ctx, state, from, e)
+		if err != nil {
 			log.Warningf("Refreshing target %s for region %s failed, keeping %v: %v", o.fqdn, o.loc.Table.Name(from), e.addrs, err)
-			o.fq.swap(o, slot, &fqdnEntry{addrs: e.addrs, rk: e.rk, held: e.held, refresh: now.Add(retryRefresh), expires: e.expires})
+			ne = &fqdnEntry{addrs: e.addrs, rk: e.rk, held: e.held, refresh: now.Add(retryRefresh), expires: e.expires}
 		}
-		return e.rk, nil
+		return o.fq.swap(o, slot, e, ne), nil
 	}
 	if ctx.Value(selfLookupKey{}) != nil {
 		return nil, errSelfLoop // before locking: the outer lookup holds the lock
@@ -83,32 +81,44 @@ func (o *Outbound) fqdnRanker(ctx context.Context, state request.Request, from r
 	if e2 := slot.Load(); e2 != e && e2 != nil && o.now().Before(e2.expires) {
 		return e2.rk, nil
 	}
-	ne, err := o.lookupFQDN(ctx, state, e)
+	ne, err := o.lookupFQDN(ctx, state, from, e)
 	if err != nil {
 		return nil, err
 	}
-	o.fq.swap(o, slot, ne)
-	return ne.rk, nil
+	return o.fq.swap(o, slot, e, ne), nil
 }
 
-// swap installs e in slot and releases the board entries of the entry it replaces, unless e
-// carries them on (same addresses).
-func (fc *fqdnCache) swap(o *Outbound, slot *atomic.Pointer[fqdnEntry], e *fqdnEntry) {
-	if old := slot.Swap(e); old != nil && old.rk != e.rk {
-		o.releaseHeld(old.held)
+// swap installs e in slot in place of old and returns the ranker in the slot. What the entry
+// that goes holds (its ranker's pairs, the board entries of its addresses) is given back, unless
+// the entry that stays carries it on (same addresses). When another query replaced old first, e
+// goes.
+func (fc *fqdnCache) swap(o *Outbound, slot *atomic.Pointer[fqdnEntry], old, e *fqdnEntry) *ranker {
+	if !slot.CompareAndSwap(old, e) {
+		if old == nil || e.rk != old.rk {
+			o.dropEntry(e)
+		}
+		if cur := slot.Load(); cur != nil {
+			return cur.rk
+		}
+		return old.rk
 	}
+	if old != nil && old.rk != e.rk {
+		o.dropEntry(old)
+	}
+	return e.rk
 }
 
-func (o *Outbound) releaseHeld(held map[netip.Addr]*health.Target) {
-	for _, t := range held {
+func (o *Outbound) dropEntry(e *fqdnEntry) {
+	o.dropRanker(e.rk)
+	for _, t := range e.held {
 		o.board.Release(t)
 	}
 }
 
 var errSelfLoop = errors.New("resolving the FQDN target came back to outbound: nothing in this server answers it")
 
-// lookupFQDN resolves the target name through this server for the client of state.
-func (o *Outbound) lookupFQDN(ctx context.Context, state request.Request, prev *fqdnEntry) (*fqdnEntry, error) {
+// lookupFQDN resolves the target name through this server for the client of state, in region from.
+func (o *Outbound) lookupFQDN(ctx context.Context, state request.Request, from region.ID, prev *fqdnEntry) (*fqdnEntry, error) {
 	if ctx.Value(selfLookupKey{}) != nil {
 		return nil, errSelfLoop
 	}
@@ -166,7 +176,7 @@ func (o *Outbound) lookupFQDN(ctx context.Context, state request.Request, prev *
 			// P-4 holds for resolved targets too: a pschealth destination's state is seen.
 			e.held[a] = o.board.Acquire(health.Key{Addr: a})
 		}
-		e.rk = o.newRanker(targets, e.held)
+		e.rk = o.newRanker(targets, e.held, from)
 	}
 	return e, nil
 }

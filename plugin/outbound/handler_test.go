@@ -21,7 +21,7 @@ func newHandler(tb testing.TB, block string) *Outbound {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	reg := &registry{byName: map[string]*Endpoint{}, byRegion: map[string]int{}}
+	reg := newRegistry()
 	for _, e := range o.declared {
 		if err := reg.declare(e); err != nil {
 			tb.Fatal(err)
@@ -31,10 +31,7 @@ func newHandler(tb testing.TB, block string) *Outbound {
 		tb.Fatal(err)
 	}
 	o.Next = test.ErrorHandler()
-	tb.Cleanup(func() {
-		o.stop()
-		reg.close()
-	})
+	tb.Cleanup(o.stop)
 	return o
 }
 
@@ -164,7 +161,7 @@ func TestClosedTransportNotRecorded(t *testing.T) {
 	if rec.Msg == nil || rec.Msg.Rcode != dns.RcodeServerFailure {
 		t.Fatalf("closed transport: %v", rec.Msg)
 	}
-	if _, _, _, consec := p.stats(time.Now()); consec != 0 {
+	if _, _, _, consec, _ := p.stats(time.Now()); consec != 0 {
 		t.Errorf("a closed socket pool was recorded as %d path failures", consec)
 	}
 }

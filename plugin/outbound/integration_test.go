@@ -74,7 +74,7 @@ spoke.:` + port + ` {
 
 // O-9: an endpoint named in two blocks is one object with one ranking state per target.
 func TestSharedEndpointState(t *testing.T) {
-	reg := &registry{byName: map[string]*Endpoint{}, byRegion: map[string]int{}}
+	reg := newRegistry()
 	blocks := []string{
 		"outbound a.example {\nto 10.0.0.53\nendpoint hub europe-west1 127.0.0.23\n}",
 		"outbound b.example {\nto 10.0.0.53\nendpoint hub\n}",
@@ -98,7 +98,6 @@ func TestSharedEndpointState(t *testing.T) {
 		}
 		defer o.stop()
 	}
-	defer reg.close()
 	if os[0].rk.pairs[0] != os[1].rk.pairs[0] {
 		t.Errorf("O-9: the hub endpoint's pair is not shared between the zones")
 	}
@@ -210,7 +209,7 @@ example.:` + port + ` {
 	if a.Rcode != dns.RcodeServerFailure {
 		t.Fatalf("O-8/O-1: public FQDN address answered %s, want SERVFAIL", dns.RcodeToString[a.Rcode])
 	}
-	if e := edeOf(a); e == nil || e.InfoCode != dns.ExtendedErrorCodeNoReachableAuthority || !strings.Contains(e.ExtraText, "no private IPv4 address") {
+	if e := edeOf(a); e == nil || e.InfoCode != dns.ExtendedErrorCodeNoReachableAuthority || e.ExtraText != textNoAddress {
 		t.Errorf("O-8: EDE %v", e)
 	}
 }

@@ -25,7 +25,8 @@ type outcomes struct {
 	last       time.Time // when succ and tot were last decayed
 	lat        float64   // smoothed latency of successes, seconds; 0 = no data
 	lastSample time.Time
-	consec     int // failures since the last success
+	consec     int  // failures since the last success
+	due        bool // an error rcode asks for a probe (README, "Ranking")
 	down       bool
 }
 

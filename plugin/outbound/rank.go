@@ -10,6 +10,8 @@ import (
 
 	"github.com/coresteer/coresteer/plugin/pkg/health"
 	"github.com/coresteer/coresteer/plugin/pkg/region"
+
+	"github.com/miekg/dns"
 )
 
 // Ranking (O-5, O-6). The exact score is written down in README.md, section "Ranking"; keep the
@@ -52,7 +54,8 @@ const (
 var failGen atomic.Uint64
 
 // pair is one endpoint towards one target: the unit that is ranked (O-5: per endpoint and
-// target, the truer signal, since a path can fail for one resolver only) and the socket pool.
+// target, the truer signal, since a path can fail for one resolver only) and the socket pool. Its
+// endpoint hands it out to rankers and closes it when the last one lets go (endpoint.go).
 type pair struct {
 	ep  *Endpoint
 	src netip.Addr
@@ -64,6 +67,7 @@ type pair struct {
 
 	*outcomes // shared across reloads, see outcomes.go
 	key       outcomeKey
+	refs      int // rankers holding the pair; guarded by ep.mu
 	probing   atomic.Bool
 }
 
@@ -79,6 +83,29 @@ func newPair(e *Endpoint, src netip.Addr, dst netip.AddrPort) *pair {
 	}
 	return p
 }
+
+// close gives back the sockets and the ranking state of a pair no ranker uses any more.
+func (p *pair) close() {
+	p.up.close()
+	releaseOutcomes(p.key, p.outcomes)
+}
+
+// outcome is what one attempt or probe says about a path.
+type outcome int
+
+const (
+	// success: a reply with any rcode but SERVFAIL and REFUSED (O-5: NXDOMAIN counts as success).
+	success outcome = iota
+	// failure: no reply in time, a network error, only garbage (O-10); for a probe, also an
+	// error rcode to the fixed probe question.
+	failure
+	// errorRcode: SERVFAIL or REFUSED to a client's question. The reply proves the path carries
+	// packets, and the error is most often about the name: neither success nor failure. The pair
+	// is probed at the next round, whose fixed question decides (README, "Ranking").
+	errorRcode
+)
+
+func isErrorRcode(rc int) bool { return rc == dns.RcodeServerFailure || rc == dns.RcodeRefused }
 
 // decay ages the counts to now. Caller holds p.mu.
 func (p *pair) decay(now time.Time) {
@@ -98,11 +125,17 @@ func (p *pair) decay(now time.Time) {
 
 // record adds the outcome of one attempt. It reports whether the pair went down or came back up
 // (a recovery).
-func (p *pair) record(now time.Time, ok bool, rtt time.Duration) (wentDown, recovered bool) {
+func (p *pair) record(now time.Time, o outcome, rtt time.Duration) (wentDown, recovered bool) {
 	p.mu.Lock()
+	if o == errorRcode {
+		p.due = true
+		p.mu.Unlock()
+		return false, false
+	}
 	p.decay(now)
 	p.tot++
-	if ok {
+	p.due = false
+	if o == success {
 		p.consec = 0
 		p.succ++
 		s := rtt.Seconds()
@@ -111,8 +144,7 @@ func (p *pair) record(now time.Time, ok bool, rtt time.Duration) (wentDown, reco
 		} else {
 			p.lat += latAlpha * (s - p.lat)
 		}
-	}
-	if !ok {
+	} else {
 		p.consec++
 	}
 	p.lastSample = now
@@ -124,7 +156,7 @@ func (p *pair) record(now time.Time, ok bool, rtt time.Duration) (wentDown, reco
 		p.down, recovered = false, true
 	}
 	p.mu.Unlock()
-	if !ok || wentDown || recovered {
+	if o == failure || wentDown || recovered {
 		failGen.Add(1)
 	}
 	return wentDown, recovered
@@ -135,13 +167,13 @@ func (p *pair) ratioLocked() float64 {
 }
 
 // stats returns the success ratio at now, the smoothed latency (0: none yet), the time of the
-// last outcome and the failures since the last success.
-func (p *pair) stats(now time.Time) (ratio, lat float64, last time.Time, consec int) {
+// last outcome, the failures since the last success, and whether an error rcode asks for a probe.
+func (p *pair) stats(now time.Time) (ratio, lat float64, last time.Time, consec int, due bool) {
 	p.mu.Lock()
 	p.decay(now)
-	ratio, lat, last, consec = p.ratioLocked(), p.lat, p.lastSample, p.consec
+	ratio, lat, last, consec, due = p.ratioLocked(), p.lat, p.lastSample, p.consec, p.due
 	p.mu.Unlock()
-	return ratio, lat, last, consec
+	return ratio, lat, last, consec, due
 }
 
 // isDown reports the up/down state kept for metrics.
@@ -206,6 +238,8 @@ type ranker struct {
 	table   *region.Table
 	now     func() time.Time
 	health  []*health.Target // per pair, the board entry of its target; nil entries are unchecked
+	from    region.ID        // the region whose rank it publishes (metrics.go)
+	series  []seriesKey      // the metric series of its pairs, held until dropRanker
 
 	byRegion []atomic.Pointer[ranking] // index: region ID + 1 (0 is region.None)
 	mu       sync.Mutex                // serializes recomputation
@@ -247,7 +281,7 @@ func (rk *ranker) compute(from region.ID, prev *ranking) *ranking {
 	keys := make([]key, len(rk.pairs))
 	bestLat := math.MaxInt
 	for i, p := range rk.pairs {
-		ratio, lat, _, consec := p.stats(now)
+		ratio, lat, _, consec, _ := p.stats(now)
 		if i == leader {
 			ratio += leaderRatioBonus
 			lat *= leaderLatFactor
@@ -300,7 +334,7 @@ func (rk *ranker) compute(from region.ID, prev *ranking) *ranking {
 // rawKey is the key of the leader without its hysteresis bonus.
 func (rk *ranker) rawKey(now time.Time, i int, keys []key) key {
 	k := keys[i]
-	ratio, lat, _, _ := rk.pairs[i].stats(now)
+	ratio, lat, _, _, _ := rk.pairs[i].stats(now)
 	k.fail += failBand(ratio) - failBand(ratio+leaderRatioBonus)
 	if b := latBand(lat); b >= 0 {
 		k.lat = b

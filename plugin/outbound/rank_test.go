@@ -26,11 +26,19 @@ func testRanker(t *testing.T, clk *fakeClock, regions ...string) (*ranker, *regi
 			t.Fatal(err)
 		}
 		e := &Endpoint{Name: r, Region: r, init: true, addrs: []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, byte(11 + i)})}}
-		pairs = append(pairs, e.pair(target))
+		p := e.acquire(target)
+		pairs = append(pairs, p)
 		ids = append(ids, id)
-		t.Cleanup(e.close)
+		t.Cleanup(func() { e.release(p) })
 	}
 	return newRanker(pairs, ids, tbl, clk.now), tbl
+}
+
+func outcomeOf(ok bool) outcome {
+	if ok {
+		return success
+	}
+	return failure
 }
 
 func first(rk *ranker, from region.ID) string { return rk.pairs[rk.order(from).order[0]].ep.Name }
@@ -69,9 +77,9 @@ func TestRankSuccessThenLatencyThenDistance(t *testing.T) {
 
 	// Same success, eu2 much faster: latency beats distance.
 	for range 20 {
-		eu1.record(clk.now(), true, 40*time.Millisecond)
-		eu2.record(clk.now(), true, 5*time.Millisecond)
-		us.record(clk.now(), true, 5*time.Millisecond)
+		eu1.record(clk.now(), success, 40*time.Millisecond)
+		eu2.record(clk.now(), success, 5*time.Millisecond)
+		us.record(clk.now(), success, 5*time.Millisecond)
 		clk.advance(10 * time.Millisecond)
 	}
 	clk.advance(2 * time.Second)
@@ -86,16 +94,16 @@ func TestRankSuccessThenLatencyThenDistance(t *testing.T) {
 	// eu2 starts failing one query in five: its ratio drops bands below eu1 and us, which
 	// always succeed; success beats latency.
 	for i := range 40 {
-		eu2.record(clk.now(), i%5 != 0, 5*time.Millisecond)
-		eu1.record(clk.now(), true, 40*time.Millisecond)
-		us.record(clk.now(), true, 5*time.Millisecond)
+		eu2.record(clk.now(), outcomeOf(i%5 != 0), 5*time.Millisecond)
+		eu1.record(clk.now(), success, 40*time.Millisecond)
+		us.record(clk.now(), success, 5*time.Millisecond)
 		clk.advance(10 * time.Millisecond)
 	}
 	clk.advance(2 * time.Second)
 	if got := first(rk, from); got != "us-east1" {
 		t.Errorf("O-5 success before latency: %s first, want us-east1 (fast, always succeeds)", got)
 	}
-	r2, _, _, _ := eu2.stats(clk.now())
+	r2, _, _, _, _ := eu2.stats(clk.now())
 	if failBand(r2) == 0 {
 		t.Errorf("eu2 ratio %.3f still in band 0", r2)
 	}
@@ -109,29 +117,29 @@ func TestRankDemoteAndRecover(t *testing.T) {
 	from := regionID(t, tbl, "europe-west1")
 	eu, us := rk.pairs[0], rk.pairs[1]
 	for range 1000 {
-		eu.record(clk.now(), true, time.Millisecond/2)
+		eu.record(clk.now(), success, time.Millisecond/2)
 		clk.advance(time.Millisecond)
 	}
 	if first(rk, from) != "europe-west1" {
 		t.Fatal("eu not first")
 	}
-	eu.record(clk.now(), false, 0)
+	eu.record(clk.now(), failure, 0)
 	if first(rk, from) != "europe-west1" {
 		t.Errorf("O-6: one lost packet demoted a pair with 1000 successes")
 	}
-	if wentDown, _ := eu.record(clk.now(), false, 0); !wentDown {
+	if wentDown, _ := eu.record(clk.now(), failure, 0); !wentDown {
 		t.Errorf("O-6: second failure in a row did not mark the pair down")
 	}
 	if first(rk, from) != "us-east1" {
 		t.Errorf("O-6: two failures in a row did not demote eu")
 	}
-	us.record(clk.now(), true, time.Millisecond/2)
+	us.record(clk.now(), success, time.Millisecond/2)
 	// Recovery: probes succeed once a second.
 	var recoveredAt time.Duration
 	for s := 1; s <= 120; s++ {
 		clk.advance(time.Second)
-		us.record(clk.now(), true, time.Millisecond/2)
-		if _, rec := eu.record(clk.now(), true, time.Millisecond/2); rec && recoveredAt == 0 {
+		us.record(clk.now(), success, time.Millisecond/2)
+		if _, rec := eu.record(clk.now(), success, time.Millisecond/2); rec && recoveredAt == 0 {
 			recoveredAt = time.Duration(s) * time.Second
 		}
 		if first(rk, from) == "europe-west1" {
@@ -151,15 +159,15 @@ func TestRankHysteresis(t *testing.T) {
 	a, b := rk.pairs[0], rk.pairs[1]
 	// a leads at 10 ms.
 	for range 50 {
-		a.record(clk.now(), true, 10*time.Millisecond)
-		b.record(clk.now(), true, 10*time.Millisecond)
+		a.record(clk.now(), success, 10*time.Millisecond)
+		b.record(clk.now(), success, 10*time.Millisecond)
 	}
 	if first(rk, from) != "europe-west1" {
 		t.Fatal("a should lead (nearer)")
 	}
 	// b gets a bit faster (9 ms, at most one band better): a keeps the lead across reranks.
 	for range 50 {
-		b.record(clk.now(), true, 9*time.Millisecond)
+		b.record(clk.now(), success, 9*time.Millisecond)
 	}
 	for range 5 {
 		clk.advance(2 * time.Second)
@@ -169,7 +177,7 @@ func TestRankHysteresis(t *testing.T) {
 	}
 	// b gets much faster (5 ms): it takes over.
 	for range 50 {
-		b.record(clk.now(), true, 5*time.Millisecond)
+		b.record(clk.now(), success, 5*time.Millisecond)
 	}
 	clk.advance(2 * time.Second)
 	if got := first(rk, from); got != "europe-west2" {
@@ -199,11 +207,11 @@ func TestRankRecoveredNearerWinsDespiteBonus(t *testing.T) {
 	from := regionID(t, tbl, "europe-west1")
 	eu, us := rk.pairs[0], rk.pairs[1]
 	for range 100 {
-		eu.record(clk.now(), true, 20*time.Millisecond)
-		us.record(clk.now(), true, 20*time.Millisecond)
+		eu.record(clk.now(), success, 20*time.Millisecond)
+		us.record(clk.now(), success, 20*time.Millisecond)
 	}
-	eu.record(clk.now(), false, 0)
-	eu.record(clk.now(), false, 0)
+	eu.record(clk.now(), failure, 0)
+	eu.record(clk.now(), failure, 0)
 	if first(rk, from) != "us-east1" {
 		t.Fatal("eu not demoted")
 	}
@@ -213,14 +221,14 @@ func TestRankRecoveredNearerWinsDespiteBonus(t *testing.T) {
 	}
 	// eu recovers with the same latency as us: without the rule, us's bonus band would keep it.
 	for range 20 {
-		eu.record(clk.now(), true, 20*time.Millisecond)
-		us.record(clk.now(), true, 20*time.Millisecond)
+		eu.record(clk.now(), success, 20*time.Millisecond)
+		us.record(clk.now(), success, 20*time.Millisecond)
 	}
 	var at time.Duration
 	for s := 1; s <= 120 && at == 0; s++ {
 		clk.advance(time.Second)
-		eu.record(clk.now(), true, 20*time.Millisecond)
-		us.record(clk.now(), true, 20*time.Millisecond)
+		eu.record(clk.now(), success, 20*time.Millisecond)
+		us.record(clk.now(), success, 20*time.Millisecond)
 		if first(rk, from) == "europe-west1" {
 			at = time.Duration(s) * time.Second
 		}
@@ -232,8 +240,8 @@ func TestRankRecoveredNearerWinsDespiteBonus(t *testing.T) {
 	// And it stays: us (leader before) does not take back the lead on equal bands.
 	for range 10 {
 		clk.advance(2 * time.Second)
-		eu.record(clk.now(), true, 20*time.Millisecond)
-		us.record(clk.now(), true, 19*time.Millisecond)
+		eu.record(clk.now(), success, 20*time.Millisecond)
+		us.record(clk.now(), success, 19*time.Millisecond)
 		if first(rk, from) != "europe-west1" {
 			t.Fatal("flapped back to us")
 		}

@@ -1,9 +1,11 @@
 package outbound
 
 import (
+	"encoding/binary"
 	"maps"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,13 +16,19 @@ import (
 
 // Modes of a test resolver.
 const (
-	modeAnswer   = iota // NOERROR with an A record (NXDOMAIN for names starting with "nx.")
-	modeServfail        // SERVFAIL
-	modeRefused         // REFUSED
-	modeSilent          // no reply at all
-	modeTruncate        // TC over UDP, full answer over TCP
-	modeGarbage         // wrong ID, then wrong question, then garbage, then nothing
-	modeSpoofed         // wrong ID, wrong question and garbage first, then the right answer
+	modeAnswer        = iota // NOERROR with an A record (NXDOMAIN for names starting with "nx.")
+	modeServfail             // SERVFAIL
+	modeRefused              // REFUSED
+	modeSilent               // no reply at all
+	modeTruncate             // TC over UDP, full answer over TCP
+	modeGarbage              // wrong ID, then wrong question, then garbage, then nothing
+	modeSpoofed              // wrong ID, wrong question and garbage first, then the right answer
+	modeHeaderRefused        // REFUSED with the right ID and no question section
+	modeServfailEDE          // SERVFAIL with Extended DNS Error 6 (DNSSEC Bogus)
+	modeBig                  // an answer of 40 A records, larger than 512 bytes, even over UDP without EDNS0
+	modeWrongID              // the answer with a wrong ID only
+	modeWrongQuestion        // the right ID with another question, then the right answer
+	modeBadBytes             // 3 bytes, then 30 bytes that start with the query's ID and do not parse
 )
 
 // resolver is a small DNS server on a loopback address that records the source address of every
@@ -33,20 +41,40 @@ type resolver struct {
 	delay   atomic.Int64
 	answer  net.IP
 	queries atomic.Int64
-	quiet   atomic.Bool // do not record sources and IDs (benchmarks)
+	quiet   atomic.Bool  // do not record sources and IDs (benchmarks)
+	tcpIdle atomic.Int64 // how long an idle TCP connection is kept; 0: miekg/dns's 8 s
+	// TCP connections accepted and closed by the resolver.
+	accepted, closed atomic.Int64
 
-	mu      sync.Mutex
-	sources map[netip.Addr]int
-	ids     []uint16
-	dropped map[netip.Addr]bool
-	slow    map[netip.Addr]time.Duration // extra delay per source
-	onQuery func(*dns.Msg)               // called under mu
+	mu         sync.Mutex
+	sources    map[netip.Addr]int
+	names      map[string]int // queries per question name, lower case
+	ids        []uint16
+	dropped    map[netip.Addr]bool
+	slow       map[netip.Addr]time.Duration // extra delay per source
+	onQuery    func(*dns.Msg)               // called under mu
+	refuse     string                       // names with this prefix are refused
+	refuseFrom netip.Addr                   // every query from this source is refused
 }
 
 // drop makes the resolver ignore queries from src, as if the endpoint's path were cut.
 func (r *resolver) drop(src netip.Addr) {
 	r.mu.Lock()
 	r.dropped[src] = true
+	r.mu.Unlock()
+}
+
+// refuseNames makes the resolver refuse the names that start with prefix.
+func (r *resolver) refuseNames(prefix string) {
+	r.mu.Lock()
+	r.refuse = prefix
+	r.mu.Unlock()
+}
+
+// refuseSource makes the resolver refuse every query from src, as an ACL would.
+func (r *resolver) refuseSource(src netip.Addr) {
+	r.mu.Lock()
+	r.refuseFrom = src
 	r.mu.Unlock()
 }
 
@@ -72,7 +100,7 @@ func startResolver(tb testing.TB, ip string) *resolver {
 // startResolverPort starts a resolver on ip:port (port "0": a free one).
 func startResolverPort(tb testing.TB, ip, port string) *resolver {
 	tb.Helper()
-	r := &resolver{sources: map[netip.Addr]int{}, dropped: map[netip.Addr]bool{}, slow: map[netip.Addr]time.Duration{}, answer: net.ParseIP("192.0.2.1")}
+	r := &resolver{sources: map[netip.Addr]int{}, names: map[string]int{}, dropped: map[netip.Addr]bool{}, slow: map[netip.Addr]time.Duration{}, answer: net.ParseIP("192.0.2.1")}
 	var pc net.PacketConn
 	var l net.Listener
 	var err error
@@ -92,7 +120,12 @@ func startResolverPort(tb testing.TB, ip, port string) *resolver {
 	}
 	r.addr = pc.LocalAddr().String()
 	r.udp = &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(r.serve)}
-	r.tcp = &dns.Server{Listener: l, Handler: dns.HandlerFunc(r.serve)}
+	r.tcp = &dns.Server{Listener: countingListener{l, r}, Handler: dns.HandlerFunc(r.serve), IdleTimeout: func() time.Duration {
+		if d := time.Duration(r.tcpIdle.Load()); d > 0 {
+			return d
+		}
+		return 8 * time.Second
+	}}
 	var wg sync.WaitGroup
 	wg.Add(2)
 	r.udp.NotifyStartedFunc = wg.Done
@@ -105,6 +138,39 @@ func startResolverPort(tb testing.TB, ip, port string) *resolver {
 		r.tcp.Shutdown()
 	})
 	return r
+}
+
+// countingListener counts the TCP connections the resolver accepts and closes.
+type countingListener struct {
+	net.Listener
+	r *resolver
+}
+
+func (l countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.r.accepted.Add(1)
+	return &countingConn{Conn: c, r: l.r}, nil
+}
+
+type countingConn struct {
+	net.Conn
+	r    *resolver
+	once sync.Once
+}
+
+func (c *countingConn) Close() error {
+	c.once.Do(func() { c.r.closed.Add(1) })
+	return c.Conn.Close()
+}
+
+// asked returns how many queries for name the resolver received.
+func (r *resolver) asked(name string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.names[strings.ToLower(name)]
 }
 
 func (r *resolver) port() string {
@@ -144,7 +210,11 @@ func (r *resolver) serve(w dns.ResponseWriter, q *dns.Msg) {
 		return
 	}
 	r.sources[ap.Addr().Unmap()]++
+	if len(q.Question) == 1 {
+		r.names[strings.ToLower(q.Question[0].Name)]++
+	}
 	r.ids = append(r.ids, q.Id)
+	refuse := r.refuse != "" && len(q.Question) == 1 && strings.HasPrefix(q.Question[0].Name, r.refuse) || r.refuseFrom == ap.Addr().Unmap()
 	if r.onQuery != nil {
 		r.onQuery(q)
 	}
@@ -159,8 +229,47 @@ func (r *resolver) serve(w dns.ResponseWriter, q *dns.Msg) {
 	_, isTCP := w.RemoteAddr().(*net.TCPAddr)
 	m := new(dns.Msg)
 	m.SetReply(q)
+	if refuse {
+		m.Rcode = dns.RcodeRefused
+		w.WriteMsg(m)
+		return
+	}
 	switch r.mode.Load() {
 	case modeSilent:
+		return
+	case modeHeaderRefused:
+		h := new(dns.Msg)
+		h.Id, h.Response, h.Rcode, h.RecursionDesired = q.Id, true, dns.RcodeRefused, q.RecursionDesired
+		w.WriteMsg(h)
+		return
+	case modeServfailEDE:
+		m.Rcode = dns.RcodeServerFailure
+		m.SetEdns0(1232, false)
+		m.IsEdns0().Option = append(m.IsEdns0().Option, &dns.EDNS0_EDE{InfoCode: dns.ExtendedErrorCodeDNSBogus, ExtraText: "signature expired"})
+		w.WriteMsg(m)
+		return
+	case modeBig:
+		for i := range 40 {
+			m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 30}, A: net.IPv4(192, 0, 2, byte(i+1))})
+		}
+		w.WriteMsg(m) // as is: no truncation, whatever the client's buffer
+		return
+	case modeWrongID:
+		r.fill(m, q)
+		m.Id = q.Id + 1
+		w.WriteMsg(m)
+		return
+	case modeWrongQuestion:
+		bad := m.Copy()
+		bad.Question[0].Name = "other.example."
+		w.WriteMsg(bad)
+		r.fill(m, q)
+	case modeBadBytes:
+		w.Write([]byte{1, 2, 3})
+		junk := make([]byte, 30)
+		binary.BigEndian.PutUint16(junk, q.Id)
+		junk[2], junk[5] = 0x80, 0x09 // a response claiming 9 questions it does not carry
+		w.Write(junk)
 		return
 	case modeServfail:
 		m.Rcode = dns.RcodeServerFailure

@@ -29,6 +29,7 @@ func setup(c *caddy.Controller) error {
 			return plugin.Error("outbound", c.Err(err.Error()))
 		}
 	}
+	o.cfg = dnsserver.GetConfig(c)
 	lifecycle.Hook(c, func() error {
 		if err := o.bind(reg); err != nil {
 			return plugin.Error("outbound", err)
@@ -156,6 +157,19 @@ func parse(c *caddy.Controller) (*Outbound, error) {
 				return nil, c.Errf("max_concurrent %q out of range 0..1000000 (0: unbounded)", args[0])
 			}
 			o.maxConcurrent = int64(n)
+		case "probe":
+			args := c.RemainingArgs()
+			if len(args) != 2 {
+				return nil, c.Errf("probe needs NAME TYPE (e.g. probe corp.internal. SOA), got %d arguments", len(args))
+			}
+			if _, ok := dns.IsDomainName(args[0]); !ok {
+				return nil, c.Errf("probe %q is not a domain name", args[0])
+			}
+			t, ok := dns.StringToType[strings.ToUpper(args[1])]
+			if !ok || t == dns.TypeANY || t == dns.TypeAXFR || t == dns.TypeIXFR || t == dns.TypeOPT {
+				return nil, c.Errf("probe type %q is not a query type (want e.g. SOA, A, NS)", args[1])
+			}
+			o.probeQ = dns.Question{Name: dns.CanonicalName(args[0]), Qtype: t, Qclass: dns.ClassINET}
 		case "except":
 			args := c.RemainingArgs()
 			if len(args) == 0 {
@@ -174,9 +188,12 @@ func parse(c *caddy.Controller) (*Outbound, error) {
 				return nil, err
 			}
 			if !handled {
-				return nil, c.Errf("unknown property %q (want to, private, endpoint, source_address, region, subnet, coordinates, timeout, force_tcp, max_concurrent or except)", prop)
+				return nil, c.Errf("unknown property %q (want to, private, endpoint, source_address, region, subnet, coordinates, timeout, force_tcp, max_concurrent, probe or except)", prop)
 			}
 		}
+	}
+	if o.probeQ.Name == "" {
+		o.probeQ = dns.Question{Name: o.zones[0], Qtype: dns.TypeSOA, Qclass: dns.ClassINET}
 	}
 	if !toSeen {
 		return nil, c.Errf("outbound %s: no targets; add `to ADDRESS...` or `to FQDN`", strings.Join(o.zones, " "))
@@ -312,7 +329,7 @@ func (o *Outbound) isPrivate(a netip.Addr) bool {
 
 func (o *Outbound) inZones(name string) bool {
 	for _, z := range o.zones {
-		if dns.IsSubDomain(z, name) {
+		if subdomain(z, name) {
 			return true
 		}
 	}

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/coredns/caddy"
+
+	"github.com/miekg/dns"
 )
 
 func TestParse(t *testing.T) {
@@ -52,6 +54,9 @@ func TestParse(t *testing.T) {
 	}
 	if o.timeout != defaultTimeout || o.maxConcurrent != defaultMaxConcurrent {
 		t.Errorf("defaults: timeout %v max_concurrent %d", o.timeout, o.maxConcurrent)
+	}
+	if q := o.probeQ; q.Name != "." || q.Qtype != dns.TypeSOA {
+		t.Errorf("default probe question %v, want the zone apex SOA", q)
 	}
 }
 
@@ -119,6 +124,10 @@ func TestParseErrors(t *testing.T) {
 		{"force_tcp args", "outbound example.org { to 10.0.0.1\nforce_tcp yes\n}", "force_tcp takes no arguments"},
 		{"max_concurrent bad", "outbound example.org { to 10.0.0.1\nmax_concurrent -1\n}", "max_concurrent \"-1\" out of range"},
 		{"max_concurrent args", "outbound example.org { to 10.0.0.1\nmax_concurrent\n}", "max_concurrent needs one number"},
+		{"probe args", "outbound example.org { to 10.0.0.1\nprobe example.org\n}", "probe needs NAME TYPE"},
+		{"probe name", "outbound example.org { to 10.0.0.1\nprobe a..b SOA\n}", "probe \"a..b\" is not a domain name"},
+		{"probe type", "outbound example.org { to 10.0.0.1\nprobe example.org SOAP\n}", "probe type \"SOAP\" is not a query type"},
+		{"probe any", "outbound example.org { to 10.0.0.1\nprobe example.org ANY\n}", "probe type \"ANY\" is not a query type"},
 		{"except outside", "outbound example.org { to 10.0.0.1\nexcept example.com\n}", "not under the forwarded zones"},
 		{"except empty", "outbound example.org { to 10.0.0.1\nexcept\n}", "except needs"},
 		{"unknown", "outbound example.org { to 10.0.0.1\nfrobnicate\n}", "unknown property \"frobnicate\""},
@@ -146,7 +155,7 @@ func TestParseErrors(t *testing.T) {
 // O-4: the per-region limit holds across the server blocks of one instance; O-9: a name is
 // declared once per instance.
 func TestRegistryLimits(t *testing.T) {
-	reg := &registry{byName: map[string]*Endpoint{}, byRegion: map[string]int{}}
+	reg := newRegistry()
 	for i := range maxPerRegion {
 		if err := reg.declare(&Endpoint{Name: fmt.Sprint("e", i), Region: "europe-west1"}); err != nil {
 			t.Fatal(err)

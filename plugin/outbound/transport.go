@@ -9,21 +9,25 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/miekg/dns"
 )
 
-// The transport is ours rather than plugin/pkg/proxy's: proxy can bind a local address, but it
-// matches replies by ID only (a reply with the right ID and another question ends the wait, and
-// forward then answers FORMERR), and it has no per-attempt deadline shorter than its 2 s read
-// timeout. O-10 wants mismatched replies dropped while the wait goes on.
+// The transport is ours rather than plugin/pkg/proxy's (README, "Wire behaviour", says why). It
+// keeps proxy's behaviours: pooled sockets; a pooled TCP connection the resolver closed while idle
+// is redialled without counting a failure (proxy's ErrCachedClosed); out-of-order replies are
+// skipped; a reply too large for the client reaches it truncated (proxy answers TC). And ours
+// (O-10): a source address per endpoint, a fresh random ID per send, ID and question matched, a
+// mismatched reply or garbage never ends the wait, a header-only reply with the right ID is an
+// answer, and a wait cut by a deadline can go on (hedging, O-6).
 //
 // Source-port policy (O-10): UDP sockets are connected sockets bound to SOURCE:0, so the kernel
 // picks a random ephemeral port. A socket is reused for at most maxUses queries and never after
-// sitting idle for idleExpire, then closed, so the source port keeps changing while the socket
-// cost stays amortized. A socket that timed out is closed rather than reused, so a late reply
-// cannot meet a later query (which would drop it anyway: its ID is fresh). TCP connections are reused the same way, one query at a time.
+// sitting idle for idleExpire, so the source port keeps changing while the socket cost stays
+// amortized. A socket whose attempt got no reply is closed, not reused. TCP connections are
+// reused the same way, one query at a time.
 const (
 	maxUses    = 100
 	idleExpire = 10 * time.Second
@@ -33,21 +37,23 @@ const (
 	// dnsperf's 100 in flight when it was 64). Idle sockets past idleExpire are closed on put.
 	maxIdle    = 1000
 	udpBufSize = 1232
-	readBuf    = 65535
+	readBuf    = dns.MaxMsgSize
 )
 
 var (
 	errTimeout   = errors.New("timeout")
 	errClosed    = errors.New("transport closed")
 	errMalformed = errors.New("malformed reply")
+	errCancelled = errors.New("cancelled: another attempt answered")
 )
 
 // conn is one pooled socket.
 type conn struct {
-	c    net.Conn
-	tcp  bool
-	used time.Time
-	uses int
+	c      net.Conn
+	tcp    bool
+	cached bool // taken from the pool: the resolver may have closed it while it sat idle
+	used   time.Time
+	uses   int
 }
 
 // upstream is the socket pool from one source address to one target.
@@ -81,6 +87,7 @@ func (u *upstream) get(tcp bool, deadline time.Time) (*conn, error) {
 			continue
 		}
 		u.mu.Unlock()
+		c.cached = true
 		return c, nil
 	}
 	u.mu.Unlock()
@@ -160,104 +167,243 @@ func (u *upstream) close() {
 // profile under dnsperf).
 func newID() uint16 { return uint16(rand.Uint32()) } //nolint:gosec // the low 16 bits of a ChaCha8 draw
 
-// exchange sends wire (a packed query whose ID it overwrites with a fresh random one, O-10) and
-// waits until deadline for the reply whose ID and question match q. Replies that do not match,
-// and garbage, are dropped and the wait goes on. A truncated UDP reply is retried over TCP.
-// It returns the reply, its size on the wire and whether TCP carried it.
-func (u *upstream) exchange(wire []byte, q dns.Question, tcp bool, deadline time.Time) (*dns.Msg, int, bool, error) {
-	m, n, err := u.exchangeOnce(wire, q, tcp, deadline)
-	if err == nil && m.Truncated && !tcp {
-		tcp = true
-		m, n, err = u.exchangeOnce(wire, q, tcp, deadline)
-	}
-	return m, n, tcp, err
+// attempt is one query sent through one pair. It listens until the reply that matches it, a
+// deadline, or its cancellation when another attempt of the same query answered first.
+type attempt struct {
+	p      *pair
+	i, nth int // the pair's index in its ranker; the attempt's rank in its query
+	q      dns.Question
+	wire   []byte // the packed query; every send writes a fresh ID into it
+	tcp    bool
+	start  time.Time
+	hedge  time.Time // when the next path may be tried (O-6)
+
+	c    *conn
+	id   uint16
+	buf  *[]byte
+	got  int // TCP: bytes of the current message read so far, prefix included, so a read cut
+	size int // by a deadline resumes; size is the message's length, from its prefix
+
+	ctl *attemptCtl // set when the attempt listens in its own goroutine (hedging)
+
+	m   *dns.Msg // the reply
+	n   int      // its size on the wire
+	err error    // why there is no reply
 }
 
-func (u *upstream) exchangeOnce(wire []byte, q dns.Question, tcp bool, deadline time.Time) (*dns.Msg, int, error) {
-	c, err := u.get(tcp, deadline)
-	if err != nil {
-		return nil, 0, err
-	}
-	id := newID()
-	binary.BigEndian.PutUint16(wire, id)
-	c.c.SetDeadline(deadline)
+// attemptCtl lets the query cancel an attempt that listens in its own goroutine.
+type attemptCtl struct {
+	mu        sync.Mutex
+	cancelled bool
+}
 
-	if tcp {
-		var l [2]byte
-		binary.BigEndian.PutUint16(l[:], uint16(len(wire))) // #nosec G115 -- a packed query fits
-		if _, err := (&net.Buffers{l[:], wire}).WriteTo(c.c); err != nil {
-			c.c.Close()
-			return nil, 0, err
-		}
-	} else if _, err := c.c.Write(wire); err != nil {
-		c.c.Close()
-		return nil, 0, err
-	}
-
-	bp := bufPool.Get().(*[]byte)
-	defer bufPool.Put(bp)
-	buf := *bp
-	sawGarbage := false
+// send writes the query on a socket of the pair with a fresh random ID (O-10). A pooled TCP
+// connection that fails the write was closed by the resolver while idle: the next one is used.
+func (a *attempt) send(deadline time.Time) error {
 	for {
-		var n int
-		if tcp {
-			n, err = readTCP(c.c, buf)
-		} else {
-			n, err = c.c.Read(buf)
-		}
+		c, err := a.p.up.get(a.tcp, deadline)
 		if err != nil {
-			c.c.Close()
-			if isTimeout(err) {
-				if sawGarbage {
-					return nil, 0, errMalformed
-				}
-				return nil, 0, errTimeout
-			}
-			return nil, 0, err
+			return err
 		}
-		if n < 12 || binary.BigEndian.Uint16(buf) != id || buf[2]&0x80 == 0 {
-			sawGarbage = sawGarbage || n < 12
-			continue
+		if err := a.setConn(c); err != nil {
+			return err
 		}
-		m := new(dns.Msg)
-		if err := m.Unpack(buf[:n]); err != nil {
-			sawGarbage = true
-			continue
+		a.id, a.got = newID(), 0
+		binary.BigEndian.PutUint16(a.wire, a.id)
+		c.c.SetWriteDeadline(deadline)
+		if err = write(c, a.wire); err == nil {
+			return nil
 		}
-		if !questionMatches(m, q) {
-			continue
+		a.drop()
+		if !c.cached {
+			return err
 		}
-		if m.Truncated && !tcp {
-			c.c.Close() // the rest of this reply is not coming over UDP
-		} else {
-			u.put(c)
-		}
-		return m, n, nil
 	}
 }
 
-func readTCP(c net.Conn, buf []byte) (int, error) {
+func write(c *conn, wire []byte) error {
+	if !c.tcp {
+		_, err := c.c.Write(wire)
+		return err
+	}
 	var l [2]byte
-	if _, err := io.ReadFull(c, l[:]); err != nil {
-		return 0, err
-	}
-	n := int(binary.BigEndian.Uint16(l[:]))
-	if _, err := io.ReadFull(c, buf[:n]); err != nil {
-		return 0, err
-	}
-	return n, nil
+	binary.BigEndian.PutUint16(l[:], uint16(len(wire))) // #nosec G115 -- a packed query fits
+	_, err := (&net.Buffers{l[:], wire}).WriteTo(c.c)
+	return err
 }
 
-func questionMatches(m *dns.Msg, q dns.Question) bool {
-	if len(m.Question) != 1 {
-		return false
+// wait reads until the reply whose ID and question match, or until deadline. Other replies and
+// short garbage are skipped: they never end the wait (O-10); a reply with our ID that does not
+// parse is the resolver's, and fails the attempt. At the deadline it returns errTimeout with the
+// socket open, so the caller may wait longer. A truncated UDP reply is retried over TCP through
+// the same pair; a pooled TCP connection found closed by the resolver is replaced and the query
+// sent again (pkg/proxy's ErrCachedClosed), without counting a failure.
+func (a *attempt) wait(deadline time.Time) error {
+	if a.buf == nil {
+		a.buf = bufPool.Get().(*[]byte)
 	}
-	a := m.Question[0]
-	// Case is compared loosely: resolvers may echo 0x20-mixed names.
+	if err := a.setDeadline(deadline); err != nil {
+		return err
+	}
+	for {
+		msg, err := a.read()
+		if err != nil {
+			if isTimeout(err) {
+				if a.locked(func() error { return nil }) != nil {
+					return errCancelled
+				}
+				return errTimeout
+			}
+			stale := a.tcp && a.c.cached && a.got == 0 && closedByPeer(err)
+			a.drop()
+			if !stale {
+				return err
+			}
+		} else {
+			m, err := a.match(msg)
+			if err != nil {
+				a.drop()
+				return err
+			}
+			if m == nil {
+				continue
+			}
+			if !m.Truncated || a.tcp {
+				a.m, a.n = m, len(msg)
+				c := a.c
+				a.setConn(nil)
+				a.p.up.put(c)
+				return nil
+			}
+			a.drop() // the rest of this reply is not coming over UDP
+			a.tcp = true
+		}
+		if err := a.send(deadline); err != nil {
+			return err
+		}
+		if err := a.setDeadline(deadline); err != nil {
+			return err
+		}
+	}
+}
+
+// read returns the next datagram, or over TCP the next length-prefixed message. The prefix is
+// read into the buffer, then the message over it.
+func (a *attempt) read() ([]byte, error) {
+	buf := *a.buf
+	if !a.tcp {
+		n, err := a.c.c.Read(buf)
+		return buf[:n], err
+	}
+	for {
+		if a.got == 2 {
+			a.size = int(binary.BigEndian.Uint16(buf))
+		}
+		if a.got >= 2 && a.got-2 == a.size {
+			a.got = 0
+			return buf[:a.size], nil
+		}
+		from, to := a.got, 2
+		if a.got >= 2 {
+			from, to = a.got-2, a.size
+		}
+		n, err := a.c.c.Read(buf[from:to])
+		a.got += n
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// match returns the reply in msg if it answers this attempt (O-10): the ID, the response bit and
+// the question match; a header-only reply (no question: legal for errors such as REFUSED or
+// FORMERR) with the right ID is an answer too. A reply with our ID that does not parse is
+// errMalformed.
+func (a *attempt) match(msg []byte) (*dns.Msg, error) {
+	if len(msg) < 12 || binary.BigEndian.Uint16(msg) != a.id || msg[2]&0x80 == 0 {
+		return nil, nil
+	}
+	m := new(dns.Msg)
+	if err := m.Unpack(msg); err != nil {
+		return nil, errMalformed
+	}
+	if len(m.Question) == 0 || len(m.Question) == 1 && questionMatches(m.Question[0], a.q) {
+		return m, nil
+	}
+	return nil, nil
+}
+
+// locked runs f unless the attempt was cancelled, under the lock that orders it with cancel, so a
+// socket or a deadline set by f is never set after the cancellation.
+func (a *attempt) locked(f func() error) error {
+	if a.ctl == nil {
+		return f()
+	}
+	a.ctl.mu.Lock()
+	defer a.ctl.mu.Unlock()
+	if a.ctl.cancelled {
+		return errCancelled
+	}
+	return f()
+}
+
+// setConn sets the attempt's socket under the lock cancel takes. Once the attempt is cancelled
+// a new socket is refused (closed).
+func (a *attempt) setConn(c *conn) error {
+	if a.ctl != nil {
+		a.ctl.mu.Lock()
+		defer a.ctl.mu.Unlock()
+		if a.ctl.cancelled && c != nil {
+			c.c.Close()
+			return errCancelled
+		}
+	}
+	a.c = c
+	return nil
+}
+
+// drop closes the attempt's socket: after an error or without a reply it is not reused.
+func (a *attempt) drop() {
+	if a.c != nil {
+		a.c.c.Close()
+		a.setConn(nil)
+	}
+}
+
+func (a *attempt) setDeadline(d time.Time) error {
+	return a.locked(func() error { return a.c.c.SetReadDeadline(d) })
+}
+
+// cancel ends the wait of an attempt listening in its own goroutine.
+func (a *attempt) cancel() {
+	a.ctl.mu.Lock()
+	defer a.ctl.mu.Unlock()
+	a.ctl.cancelled = true
+	if a.c != nil {
+		a.c.c.SetReadDeadline(time.Unix(1, 0))
+	}
+}
+
+// close gives back what the attempt holds; a socket still open got no reply and is not reused.
+func (a *attempt) close() {
+	a.drop()
+	if a.buf != nil {
+		bufPool.Put(a.buf)
+		a.buf = nil
+	}
+}
+
+// questionMatches compares loosely on case: resolvers may echo 0x20-mixed names.
+func questionMatches(a, q dns.Question) bool {
 	return a.Qtype == q.Qtype && a.Qclass == q.Qclass && strings.EqualFold(a.Name, q.Name)
 }
 
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// closedByPeer tells an idle connection the resolver closed (EOF, reset) from other errors.
+func closedByPeer(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }

@@ -1,0 +1,172 @@
+package outbound
+
+import (
+	"context"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coredns/coredns/request"
+	"github.com/coresteer/coresteer/plugin/pkg/coretest"
+
+	"github.com/miekg/dns"
+)
+
+// storeHas reports whether the ranking state store holds a pair that match selects.
+func storeHas(match func(outcomeKey) bool) bool {
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	for k := range store.m {
+		if match(k) {
+			return true
+		}
+	}
+	return false
+}
+
+// fqdnHandler is an outbound block whose FQDN target resolves to *addr (a fake lookup, TTL 10 s),
+// on a fake clock.
+func fqdnHandler(t *testing.T, port string, addr *atomic.Value) (*Outbound, *fakeClock) {
+	t.Helper()
+	o := newHandler(t, "outbound example. {\nto resolvers.corp:"+port+"\nprivate 127.0.0.0/8\nregion europe-west1\n}")
+	clk := &fakeClock{t: time.Unix(1e9, 0)}
+	o.now = clk.now
+	o.lookup = func(_ context.Context, _ request.Request, name string) (*dns.Msg, error) {
+		m := new(dns.Msg)
+		m.SetQuestion(name, dns.TypeA)
+		m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 10}, A: net.ParseIP(addr.Load().(string))}}
+		return m, nil
+	}
+	return o, clk
+}
+
+// Issue 13, problem 6: when an FQDN target resolves to new addresses, the pairs of the old ones
+// go, with their sockets, ranking state and metric series, instead of living until a reload.
+func TestFQDNPairsPruned(t *testing.T) {
+	r1 := startResolver(t, "127.0.0.31")
+	startResolverPort(t, "127.0.0.32", r1.port())
+	var addr atomic.Value
+	addr.Store("127.0.0.31")
+	o, clk := fqdnHandler(t, r1.port(), &addr)
+	serveMeta(t, o, "x.example.")
+	old := "127.0.0.31:" + r1.port()
+	if seriesCount(t, map[string]string{"target": old}) == 0 {
+		t.Fatal("no series for the first address")
+	}
+	addr.Store("127.0.0.32")
+	clk.advance(11 * time.Second)
+	serveMeta(t, o, "x.example.")
+	e := o.endpoints[0]
+	e.mu.Lock()
+	pairs := len(e.pairs)
+	e.mu.Unlock()
+	if pairs != 1 {
+		t.Errorf("the endpoint holds %d pairs, want the new address's only", pairs)
+	}
+	if storeHas(func(k outcomeKey) bool { return k.dst.String() == old }) {
+		t.Errorf("the ranking state of %s outlives its last ranker", old)
+	}
+	if n := seriesCount(t, map[string]string{"target": old}); n != 0 {
+		t.Errorf("%d metric series of %s are still exported", n, old)
+	}
+}
+
+// DESIGN.md section 7 (issue 13, problem 6): rank and up are exported for an FQDN target's pairs,
+// for the region the target was resolved for.
+func TestFQDNRankMetrics(t *testing.T) {
+	r := startResolver(t, "127.0.0.31")
+	var addr atomic.Value
+	addr.Store("127.0.0.31")
+	o, _ := fqdnHandler(t, r.port(), &addr)
+	serveMeta(t, o, "x.example.")
+	o.explore(nil)
+	l := map[string]string{"zone": "example.", "target": "127.0.0.31:" + r.port(), "endpoint": "default"}
+	if v := sumMetric(t, "coredns_outbound_rank", map[string]string{"zone": "example.", "region": "europe-west1", "target": l["target"]}); v != 1 {
+		t.Errorf("rank of the FQDN target's pair = %v, want 1", v)
+	}
+	if v := sumMetric(t, "coredns_outbound_up", l); v != 1 {
+		t.Errorf("up of the FQDN target's pair = %v, want 1", v)
+	}
+}
+
+// DESIGN.md section 7 (issue 13, problem 6): every series carries the server label, and the series
+// of an endpoint removed by a reload go with it.
+func TestRemovedEndpointSeriesDeleted(t *testing.T) {
+	r := startResolver(t, "127.0.0.50")
+	corefile := func(endpoints string) string {
+		return `series.example.:0 {
+	bind 127.0.0.1
+	outbound {
+		to ` + r.addr + `
+		private 127.0.0.0/8
+		region europe-west1
+		` + endpoints + `
+	}
+}`
+	}
+	s := coretest.Start(t, corefile("endpoint s-eu europe-west1 127.0.0.11\nendpoint s-us us-east1 127.0.0.12"))
+	mustQuery(t, s, "127.0.0.1", "a.series.example.")
+	gone := map[string]string{"endpoint": "s-us"}
+	deadline := time.Now().Add(5 * time.Second)
+	for sumMetric(t, "coredns_outbound_rank", gone) == 0 { // published every second
+		if time.Now().After(deadline) {
+			t.Fatal("no rank for s-us")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, name := range []string{"coredns_outbound_rank", "coredns_outbound_up", "coredns_outbound_requests_total"} {
+		if sumMetric(t, name, map[string]string{"server": "dns://127.0.0.1:0", "zone": "series.example."}) == 0 {
+			t.Errorf("%s has no series with the server label", name)
+		}
+	}
+	if err := s.Reload(corefile("endpoint s-eu europe-west1 127.0.0.11")); err != nil {
+		t.Fatal(err)
+	}
+	if n := seriesCount(t, gone); n != 0 {
+		t.Errorf("%d series of the removed endpoint s-us are still exported", n)
+	}
+	if n := seriesCount(t, map[string]string{"endpoint": "s-eu"}); n == 0 {
+		t.Errorf("the kept endpoint's series went too")
+	}
+}
+
+// Issue 13, problem 6: a reload that fails after outbound's startup gives back what that startup
+// took (pairs, their sockets and ranking state, metric series), through plugin/pkg/lifecycle like
+// everything else; the old Corefile keeps serving.
+func TestFailedReloadGivesBackPairs(t *testing.T) {
+	r := startResolver(t, "127.0.0.50")
+	// The port the new Corefile wants is taken (UDP), so its startup fails after outbound's.
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	_, port, _ := net.SplitHostPort(pc.LocalAddr().String())
+	block := `failed.example.:0 {
+	bind 127.0.0.1
+	outbound {
+		to ` + r.addr + `
+		private 127.0.0.0/8
+		endpoint f-keep europe-west1 127.0.0.11
+		EXTRA
+	}
+}
+`
+	s := coretest.Start(t, strings.Replace(block, "EXTRA", "", 1))
+	mustQuery(t, s, "127.0.0.1", "a.failed.example.")
+	next := strings.Replace(block, "EXTRA", "endpoint f-fresh us-east1 127.0.0.12", 1) + "other.example.:" + port + " {\n\tbind 127.0.0.1\n\twhoami\n}\n"
+	if err := s.Reload(next); err == nil {
+		t.Fatal("a Corefile whose port is taken was accepted")
+	}
+	if storeHas(func(k outcomeKey) bool { return k.endpoint == "f-fresh" }) {
+		t.Errorf("the failed reload's pairs still hold ranking state")
+	}
+	if n := seriesCount(t, map[string]string{"endpoint": "f-fresh"}); n != 0 {
+		t.Errorf("the failed reload left %d series", n)
+	}
+	if m := mustQuery(t, s, "127.0.0.1", "b.failed.example."); m.Rcode != dns.RcodeSuccess {
+		t.Errorf("the old Corefile stopped serving: %s", dns.RcodeToString[m.Rcode])
+	}
+}
