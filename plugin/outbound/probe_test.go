@@ -2,6 +2,9 @@ package outbound
 
 import (
 	"fmt"
+	"net"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -67,5 +70,52 @@ func TestEveryDuePairProbed(t *testing.T) {
 		if n := r.asked("example."); n != 1 {
 			t.Errorf("O-6: target %d got %d probes, want 1", i+1, n)
 		}
+	}
+}
+
+// O-6 (issue 13 problem 5, "every pair probed within its period however many are dead"): a round
+// sends every due probe at once, with no bound. 400 dead pairs (one endpoint, 400 silent targets)
+// get 400 probes, 400 goroutines and 400 sockets in the same instant, every second. O-4 allows 100
+// endpoints per zone and `to` has no limit, so thousands are reachable.
+func TestO6ProbesInFlightBounded(t *testing.T) {
+	const n = 400
+	var (
+		mu    sync.Mutex
+		times []time.Time
+	)
+	targets := make([]string, 0, n)
+	for range n {
+		pc, err := net.ListenPacket("udp", "127.0.0.50:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { pc.Close() })
+		targets = append(targets, pc.LocalAddr().String())
+		go func() {
+			buf := make([]byte, 512)
+			for {
+				if _, _, err := pc.ReadFrom(buf); err != nil {
+					return
+				}
+				mu.Lock()
+				times = append(times, time.Now())
+				mu.Unlock()
+			}
+		}()
+	}
+	o := newHandler(t, "outbound example. {\nto "+strings.Join(targets, " ")+"\nprivate 127.0.0.0/8\n}")
+	start := time.Now()
+	o.explore(nil)
+	mu.Lock()
+	defer mu.Unlock()
+	within := 0
+	for _, at := range times {
+		if at.Sub(start) < 200*time.Millisecond {
+			within++
+		}
+	}
+	const bound = 64
+	if within > bound {
+		t.Errorf("O-6: one probe round sent %d probes within 200 ms (%d pairs, all silent); no bound on probes in flight (want <= %d)", within, n, bound)
 	}
 }

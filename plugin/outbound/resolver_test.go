@@ -313,3 +313,36 @@ func (r *resolver) fill(m, q *dns.Msg) {
 		m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 30}, A: r.answer})
 	}
 }
+
+// startRawResolver answers each UDP query on 127.0.0.50 with what reply builds from it.
+func startRawResolver(t *testing.T, reply func(q []byte) []byte) string {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.50:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			if b := reply(buf[:n]); b != nil {
+				pc.WriteTo(b, from)
+			}
+		}
+	}()
+	return pc.LocalAddr().String()
+}
+
+// bigReply is an answer of 40 A records to q.
+func bigReply(q *dns.Msg) *dns.Msg {
+	m := new(dns.Msg)
+	m.SetReply(q)
+	for i := range 40 {
+		m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 30}, A: net.IPv4(192, 0, 2, byte(i+1))})
+	}
+	return m
+}

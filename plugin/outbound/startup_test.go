@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coredns/coredns/plugin/pkg/dnstest"
+	"github.com/coredns/coredns/plugin/test"
 	"github.com/coredns/coredns/request"
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 
@@ -168,5 +170,77 @@ func TestFailedReloadGivesBackPairs(t *testing.T) {
 	}
 	if m := mustQuery(t, s, "127.0.0.1", "b.failed.example."); m.Rcode != dns.RcodeSuccess {
 		t.Errorf("the old Corefile stopped serving: %s", dns.RcodeToString[m.Rcode])
+	}
+}
+
+// H-6 / issue 13 problem 6: when an FQDN target's address changes, the old pair's series are
+// deleted (TestFQDNPairsPruned), but a query still in flight through the old pair records its
+// outcome afterwards and re-creates requests_total{target=old}, which nothing holds or deletes
+// any more: the series is exported for ever.
+func TestH6InflightQueryAfterFQDNPrune(t *testing.T) {
+	r1 := startResolver(t, "127.0.0.31")
+	r1.setDelay(300 * time.Millisecond)
+	startResolverPort(t, "127.0.0.32", r1.port())
+	var addr atomic.Value
+	addr.Store("127.0.0.31")
+	o := newHandler(t, "outbound example. {\nto resolvers.corp:"+r1.port()+"\nprivate 127.0.0.0/8\nregion europe-west1\n}")
+	clk := &syncClock{}
+	clk.ns.Store(time.Unix(1e9, 0).UnixNano())
+	o.now = clk.now
+	o.lookup = func(_ context.Context, _ request.Request, name string) (*dns.Msg, error) {
+		m := new(dns.Msg)
+		m.SetQuestion(name, dns.TypeA)
+		m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 10}, A: net.ParseIP(addr.Load().(string))}}
+		return m, nil
+	}
+	old := "127.0.0.31:" + r1.port()
+
+	done := make(chan *dns.Msg)
+	go func() {
+		m := new(dns.Msg)
+		m.SetQuestion("inflight.example.", dns.TypeA)
+		rec := dnstest.NewRecorder(&test.ResponseWriter{})
+		o.ServeDNS(context.Background(), rec, m)
+		done <- rec.Msg
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for r1.asked("inflight.example.") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the first query never reached the resolver")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// The target now resolves elsewhere: the next query prunes the old pair and its series.
+	addr.Store("127.0.0.32")
+	clk.advance(11 * time.Second)
+	serveMeta(t, o, "next.example.")
+	if n := seriesCount(t, map[string]string{"target": old}); n != 0 {
+		t.Fatalf("precondition: %d series of %s right after the prune", n, old)
+	}
+	if m := <-done; m == nil || m.Rcode != dns.RcodeSuccess {
+		t.Fatalf("the in-flight query: %v", m)
+	}
+	if n := seriesCount(t, map[string]string{"target": old}); n != 0 {
+		t.Errorf("H-6: %d series of the pruned pair %s came back after the in-flight query finished; nothing will delete them", n, old)
+	}
+}
+
+// An FQDN entry whose TTL expired and that no client of its region asks again keeps its pairs:
+// they are probed every round and their rank/up series exported for ever, for an address the
+// name may no longer have (issue 13 problem 6: pairs pruned when no ranker uses them).
+func TestH6ExpiredFQDNEntryReleased(t *testing.T) {
+	r := startResolver(t, "127.0.0.31")
+	var addr atomic.Value
+	addr.Store("127.0.0.31")
+	o, clk := fqdnHandler(t, r.port(), &addr)
+	serveMeta(t, o, "x.example.")
+	clk.advance(time.Hour) // far past the 10 s TTL; no query since
+	before := r.queries.Load()
+	o.explore(nil)
+	if n := r.queries.Load() - before; n != 0 {
+		t.Errorf("a round an hour after the entry expired sent %d probes to its address", n)
+	}
+	if n := seriesCount(t, map[string]string{"target": "127.0.0.31:" + r.port()}); n != 0 {
+		t.Errorf("%d series of an expired FQDN address are exported", n)
 	}
 }
