@@ -115,7 +115,7 @@ func TestO10HeaderOnlyNoErrorIsNotAnAnswer(t *testing.T) {
 	o := newHandler(t, "outbound example. {\nto "+addr+"\nprivate 127.0.0.0/8\ntimeout 1s\n}")
 	m := new(dns.Msg)
 	m.SetQuestion("h.example.", dns.TypeA)
-	a := serve(t, o, m)
+	a := serveAny(o, m)
 	if a.Rcode == dns.RcodeSuccess {
 		t.Errorf("O-10: a header-only NOERROR reply (no question) reached the client as NOERROR with %d answers: a NODATA the resolver never said", len(a.Answer))
 	}
@@ -138,7 +138,7 @@ func TestO10WrongOpcodeIsNotAnAnswer(t *testing.T) {
 	o := newHandler(t, "outbound example. {\nto "+addr+"\nprivate 127.0.0.0/8\ntimeout 1s\n}")
 	m := new(dns.Msg)
 	m.SetQuestion("op.example.", dns.TypeA)
-	a := serve(t, o, m)
+	a := serveAny(o, m)
 	if a.Opcode != dns.OpcodeQuery || (a.Rcode == dns.RcodeSuccess && len(a.Answer) > 0) {
 		t.Errorf("O-10: a reply with opcode %s to a QUERY was taken as the answer: %s, %d answers", dns.OpcodeToString[a.Opcode], dns.RcodeToString[a.Rcode], len(a.Answer))
 	}
