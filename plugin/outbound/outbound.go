@@ -184,7 +184,7 @@ func (o *Outbound) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 		return dns.RcodeFormatError, err
 	}
 	udp := state.Proto() == "udp"
-	x := query{o: o, server: server, zone: zone, rk: rk, order: rank.order, q: r.Question[0], wire: wire,
+	x := query{ctx: ctx, o: o, server: server, zone: zone, rk: rk, order: rank.order, q: r.Question[0], wire: wire,
 		tcp: o.forceTCP || !udp, deadline: deadline}
 	res := x.run()
 	defer res.drain()
