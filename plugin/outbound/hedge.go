@@ -39,16 +39,16 @@ type query struct {
 	tcp          bool
 	deadline     time.Time
 
-	tried    [maxAttempts]int // pair indexes, in the order they were tried
-	n        int
+	tried [maxAttempts]int // pair indexes, in the order they were tried
+	n     int
 	// Endpoints and targets of attempts without a reply in their time (timed out or failed):
 	// suspect when the next pair is chosen, not for ranking.
 	suspectEP  []*Endpoint
 	suspectDst []netip.AddrPort
 	rcodeDst   []netip.AddrPort // targets that answered SERVFAIL or REFUSED
-	errReply result           // the first of those replies: the client gets it if nothing better comes
-	after    int              // attempts started after errReply came
-	lastErr  error
+	errReply   result           // the first of those replies: the client gets it if nothing better comes
+	after      int              // attempts started after errReply came
+	lastErr    error
 }
 
 // result is a reply of the query's nth attempt, through pair rk.pairs[i], size bytes on the wire.

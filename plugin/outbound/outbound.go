@@ -38,7 +38,10 @@ const (
 	defaultMaxConcurrent = 1000
 )
 
-var errLimit = errors.New("outbound: too many concurrent queries")
+var (
+	errLimit   = errors.New("outbound: too many concurrent queries")
+	errStopped = errors.New("the block stopped (a reload)")
+)
 
 // Outbound is the handler of one outbound block.
 type Outbound struct {
@@ -67,8 +70,7 @@ type Outbound struct {
 	rk        *ranker // static targets; nil with an FQDN target
 	fq        *fqdnCache
 	lookup    func(context.Context, request.Request, string) (*dns.Msg, error) // nil: selfLookup
-	held      map[netip.Addr]*health.Target                                    // P-4: targets whose health a destination publishes
-	series    []seriesKey                                                      // the zones and endpoints whose series this block uses
+	series    []held                                                           // the series of its zones and endpoints
 	inflight  atomic.Int64
 	bound     bool // bind took what stop gives back
 
@@ -143,7 +145,7 @@ func (o *Outbound) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 		n := o.inflight.Add(1)
 		defer o.inflight.Add(-1)
 		if n > o.maxConcurrent {
-			rejectCount.WithLabelValues(server, zone).Inc()
+			zoneSeries.Use(func() { rejectCount.WithLabelValues(server, zone).Inc() }, server, zone)
 			return dns.RcodeRefused, errLimit
 		}
 	}
@@ -155,15 +157,19 @@ func (o *Outbound) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 		deadline = d
 	}
 
-	rk := o.rk
+	// The query holds its ranker until its last attempt has recorded its outcome (H-6).
+	rk, code, err := o.rk, dns.ExtendedErrorCodeNetworkError, errStopped
 	if o.fq != nil {
-		var err error
 		rk, err = o.fqdnRanker(ctx, state, from)
-		if err != nil {
-			allFailedCount.WithLabelValues(server, zone).Inc()
-			return o.servfail(w, r, dns.ExtendedErrorCodeNoReachableAuthority, err)
-		}
+		code = dns.ExtendedErrorCodeNoReachableAuthority
+	} else if rk.acquire() {
+		err = nil
 	}
+	if err != nil {
+		zoneSeries.Use(func() { allFailedCount.WithLabelValues(server, zone).Inc() }, server, zone)
+		return o.servfail(w, r, code, err)
+	}
+	defer rk.release()
 	rank := rk.order(from)
 
 	// Pack once; each send writes a fresh ID into the wire (O-10). EDNS0 is kept with our

@@ -48,12 +48,17 @@ func (o *Outbound) explore(stop <-chan struct{}) {
 	if err != nil {
 		return
 	}
+	if o.fq != nil {
+		o.fq.prune(now)
+	}
 	var (
 		wg     sync.WaitGroup
 		probes []*attempt
 		seen   = map[*pair]bool{}
 	)
-	for _, rk := range o.rankers() {
+	rks := o.rankers() // held until the probes have recorded their outcome
+	defer releaseRankers(rks)
+	for _, rk := range rks {
 		for _, p := range rk.pairs {
 			if seen[p] {
 				continue
