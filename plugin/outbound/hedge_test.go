@@ -114,11 +114,14 @@ func TestRefusingPathDemotedByProbes(t *testing.T) {
 	r := startResolver(t, "127.0.0.50")
 	r.refuseSource(netip.MustParseAddr("127.0.0.11"))
 	o := newHandler(t, twoPaths(r.addr, ""))
+	clk := &fakeClock{t: time.Now()}
+	o.now = clk.now
 	if m, ep := serveMeta(t, o, "a.example."); m.Rcode != dns.RcodeRefused || ep != "eu" {
 		t.Fatalf("first query: %s through %q", dns.RcodeToString[m.Rcode], ep)
 	}
 	for range demoteAfter {
-		o.explore(nil)
+		exploreRound(o)
+		clk.advance(2 * exploreEvery) // the next period
 	}
 	if m, ep := serveMeta(t, o, "b.example."); m.Rcode != dns.RcodeSuccess || ep != "us" {
 		t.Errorf("O-5: after its probes were refused the query went through %q (%s), want us", ep, dns.RcodeToString[m.Rcode])

@@ -60,6 +60,7 @@ type Outbound struct {
 	forceTCP      bool
 	maxConcurrent int64
 	probeQ        dns.Question // the fixed question of exploration probes (O-6)
+	probeWire     []byte       // probeQ packed
 	cfg           *dnsserver.Config
 
 	now   func() time.Time
@@ -76,6 +77,7 @@ type Outbound struct {
 
 	stopc   chan struct{}
 	wg      sync.WaitGroup
+	probes  probes
 	started atomic.Bool
 
 	Next plugin.Handler

@@ -163,6 +163,7 @@ func (o *Outbound) stop() {
 		o.wg.Wait()
 		o.stopc = nil
 	}
+	o.stopProbes()
 	if !o.bound {
 		return
 	}

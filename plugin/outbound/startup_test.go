@@ -83,7 +83,7 @@ func TestFQDNRankMetrics(t *testing.T) {
 	addr.Store("127.0.0.31")
 	o, _ := fqdnHandler(t, r.port(), &addr)
 	serveMeta(t, o, "x.example.")
-	o.explore(nil)
+	exploreRound(o)
 	l := map[string]string{"zone": "example.", "target": "127.0.0.31:" + r.port(), "endpoint": "default"}
 	if v := sumMetric(t, "coredns_outbound_rank", map[string]string{"zone": "example.", "region": "europe-west1", "target": l["target"]}); v != 1 {
 		t.Errorf("rank of the FQDN target's pair = %v, want 1", v)
@@ -236,7 +236,7 @@ func TestH6ExpiredFQDNEntryReleased(t *testing.T) {
 	serveMeta(t, o, "x.example.")
 	clk.advance(time.Hour) // far past the 10 s TTL; no query since
 	before := r.queries.Load()
-	o.explore(nil)
+	exploreRound(o)
 	if n := r.queries.Load() - before; n != 0 {
 		t.Errorf("a round an hour after the entry expired sent %d probes to its address", n)
 	}
