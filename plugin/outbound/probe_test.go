@@ -2,10 +2,7 @@ package outbound
 
 import (
 	"fmt"
-	"net"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -82,46 +79,6 @@ func exploreRound(o *Outbound) {
 	o.publish()
 }
 
-// probeTargets starts n UDP listeners on 127.0.0.50 that answer each datagram with reply (nil:
-// silence) and record when each one came, on clock, per listener.
-func probeTargets(t *testing.T, n int, clock func() time.Time, reply func(q []byte) []byte) (targets []string, got func() [][]time.Time) {
-	t.Helper()
-	var mu sync.Mutex
-	times := make([][]time.Time, n)
-	for i := range n {
-		pc, err := net.ListenPacket("udp", "127.0.0.50:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { pc.Close() })
-		targets = append(targets, pc.LocalAddr().String())
-		go func() {
-			buf := make([]byte, 512)
-			for {
-				n, from, err := pc.ReadFrom(buf)
-				if err != nil {
-					return
-				}
-				mu.Lock()
-				times[i] = append(times[i], clock())
-				mu.Unlock()
-				if b := reply(buf[:n]); b != nil {
-					pc.WriteTo(b, from)
-				}
-			}
-		}()
-	}
-	return targets, func() [][]time.Time {
-		mu.Lock()
-		defer mu.Unlock()
-		out := make([][]time.Time, n)
-		for i := range times {
-			out[i] = slices.Clone(times[i])
-		}
-		return out
-	}
-}
-
 // deadHandler is a block towards targets whose pairs all failed once, on a fake clock.
 func deadHandler(t *testing.T, targets []string, clk *syncClock) *Outbound {
 	t.Helper()
@@ -143,7 +100,7 @@ func TestO6ProbesInFlightBounded(t *testing.T) {
 	const n = 150
 	clk := &syncClock{}
 	clk.ns.Store(time.Unix(1e9, 0).UnixNano())
-	targets, got := probeTargets(t, n, clk.now, func([]byte) []byte { return nil })
+	targets, got := rawResolvers(t, n, clk.now, func([]byte) []byte { return nil })
 	o := deadHandler(t, targets, clk)
 	for batch := range (n + probeCap - 1) / probeCap {
 		for range 5 { // ticks while the batch's silent probes are in flight
@@ -175,7 +132,7 @@ func TestO6EveryDeadPairProbedEveryPeriod(t *testing.T) {
 	const n = 400
 	clk := &syncClock{}
 	clk.ns.Store(time.Unix(1e9, 0).UnixNano())
-	targets, got := probeTargets(t, n, clk.now, func(q []byte) []byte {
+	targets, got := rawResolvers(t, n, clk.now, func(q []byte) []byte {
 		m := new(dns.Msg)
 		if m.Unpack(q) != nil {
 			return nil

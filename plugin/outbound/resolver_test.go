@@ -5,6 +5,7 @@ import (
 	"maps"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -317,24 +318,48 @@ func (r *resolver) fill(m, q *dns.Msg) {
 // startRawResolver answers each UDP query on 127.0.0.50 with what reply builds from it.
 func startRawResolver(t *testing.T, reply func(q []byte) []byte) string {
 	t.Helper()
-	pc, err := net.ListenPacket("udp", "127.0.0.50:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pc.Close() })
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			n, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			if b := reply(buf[:n]); b != nil {
-				pc.WriteTo(b, from)
-			}
+	addrs, _ := rawResolvers(t, 1, time.Now, reply)
+	return addrs[0]
+}
+
+// rawResolvers starts n UDP listeners on 127.0.0.50 that answer each datagram with reply (nil:
+// silence) and record when each one came, on clock, per listener.
+func rawResolvers(t *testing.T, n int, clock func() time.Time, reply func(q []byte) []byte) (targets []string, got func() [][]time.Time) {
+	t.Helper()
+	var mu sync.Mutex
+	times := make([][]time.Time, n)
+	for i := range n {
+		pc, err := net.ListenPacket("udp", "127.0.0.50:0")
+		if err != nil {
+			t.Fatal(err)
 		}
-	}()
-	return pc.LocalAddr().String()
+		t.Cleanup(func() { pc.Close() })
+		targets = append(targets, pc.LocalAddr().String())
+		go func() {
+			buf := make([]byte, 512)
+			for {
+				n, from, err := pc.ReadFrom(buf)
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				times[i] = append(times[i], clock())
+				mu.Unlock()
+				if b := reply(buf[:n]); b != nil {
+					pc.WriteTo(b, from)
+				}
+			}
+		}()
+	}
+	return targets, func() [][]time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		out := make([][]time.Time, n)
+		for i := range times {
+			out[i] = slices.Clone(times[i])
+		}
+		return out
+	}
 }
 
 // bigReply is an answer of 40 A records to q.

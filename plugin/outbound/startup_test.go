@@ -29,11 +29,12 @@ func storeHas(match func(outcomeKey) bool) bool {
 }
 
 // fqdnHandler is an outbound block whose FQDN target resolves to *addr (a fake lookup, TTL 10 s),
-// on a fake clock.
-func fqdnHandler(t *testing.T, port string, addr *atomic.Value) (*Outbound, *fakeClock) {
+// on a fake clock that queries in flight may read while the test advances it.
+func fqdnHandler(t *testing.T, port string, addr *atomic.Value) (*Outbound, *syncClock) {
 	t.Helper()
 	o := newHandler(t, "outbound example. {\nto resolvers.corp:"+port+"\nprivate 127.0.0.0/8\nregion europe-west1\n}")
-	clk := &fakeClock{t: time.Unix(1e9, 0)}
+	clk := &syncClock{}
+	clk.ns.Store(time.Unix(1e9, 0).UnixNano())
 	o.now = clk.now
 	o.lookup = func(_ context.Context, _ request.Request, name string) (*dns.Msg, error) {
 		m := new(dns.Msg)
@@ -183,16 +184,7 @@ func TestH6InflightQueryAfterFQDNPrune(t *testing.T) {
 	startResolverPort(t, "127.0.0.32", r1.port())
 	var addr atomic.Value
 	addr.Store("127.0.0.31")
-	o := newHandler(t, "outbound example. {\nto resolvers.corp:"+r1.port()+"\nprivate 127.0.0.0/8\nregion europe-west1\n}")
-	clk := &syncClock{}
-	clk.ns.Store(time.Unix(1e9, 0).UnixNano())
-	o.now = clk.now
-	o.lookup = func(_ context.Context, _ request.Request, name string) (*dns.Msg, error) {
-		m := new(dns.Msg)
-		m.SetQuestion(name, dns.TypeA)
-		m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 10}, A: net.ParseIP(addr.Load().(string))}}
-		return m, nil
-	}
+	o, clk := fqdnHandler(t, r1.port(), &addr)
 	old := "127.0.0.31:" + r1.port()
 
 	done := make(chan *dns.Msg)
@@ -242,5 +234,34 @@ func TestH6ExpiredFQDNEntryReleased(t *testing.T) {
 	}
 	if n := seriesCount(t, map[string]string{"target": "127.0.0.31:" + r.port()}); n != 0 {
 		t.Errorf("%d series of an expired FQDN address are exported", n)
+	}
+}
+
+// H-6: a query that resolves the FQDN target after the block stopped (a cold lookup finishing
+// after a reload's shutdown) is answered through the entry it built, and the entry is not
+// installed: nothing would release it.
+func TestH6NoFQDNEntryAfterStop(t *testing.T) {
+	r := startResolver(t, "127.0.0.31")
+	var addr atomic.Value
+	addr.Store("127.0.0.31")
+	o, _ := fqdnHandler(t, r.port(), &addr)
+	o.stop()
+	if m, _ := serveMeta(t, o, "late.example."); m == nil || m.Rcode != dns.RcodeSuccess {
+		t.Fatalf("the query after stop: %v", m)
+	}
+	for i := range o.fq.slots {
+		if o.fq.slots[i].Load() != nil {
+			t.Errorf("H-6: an FQDN entry was installed after stop")
+		}
+	}
+	e := o.endpoints[0]
+	e.mu.Lock()
+	pairs := len(e.pairs)
+	e.mu.Unlock()
+	if pairs != 0 {
+		t.Errorf("H-6: %d pairs held after stop", pairs)
+	}
+	if n := seriesCount(t, map[string]string{"target": "127.0.0.31:" + r.port()}); n != 0 {
+		t.Errorf("H-6: %d series of the FQDN's address after stop", n)
 	}
 }
