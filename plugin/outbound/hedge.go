@@ -261,8 +261,8 @@ func (x *query) finish(a *attempt) {
 	p := a.p
 	requestCount.WithLabelValues(x.server, x.zone, p.ep.Name, p.dstStr, rc).Inc()
 	requestDuration.WithLabelValues(x.server, x.zone, p.ep.Name).Observe(now.Sub(a.start).Seconds())
-	// A socket pool closed under us (this instance is shutting down after a reload) says
-	// nothing about the path: ranking state outlives us.
+	// A socket pool closed under us says nothing about the path. (The query holds its ranker,
+	// so its pairs stay open until it ends; this guards the ranking state all the same.)
 	if rc == "cancelled" || errors.Is(a.err, errClosed) {
 		return
 	}
