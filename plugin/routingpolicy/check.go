@@ -22,7 +22,7 @@ func (z *zone) checkNames() error {
 		}
 		wild := strings.HasPrefix(name, "*.")
 		if d := n.plain(dns.TypeDNAME); d != nil {
-			t := d[0].(*dns.DNAME).Target
+			t := canonicalName(d[0].(*dns.DNAME).Target)
 			switch {
 			case wild:
 				return fmt.Errorf("DNAME at the wildcard %s: not supported (RFC 4592 4.4)", name)
@@ -124,7 +124,7 @@ func (z *zone) next(name string) []string {
 	n, how := z.locate(name, dns.TypeA)
 	switch how {
 	case substitute:
-		if t, ok := substitute6672(name, n.name, n.dname.Target); ok && inZone(t, z.origin) {
+		if t, ok := substitute6672(name, n.name, n.dtarget); ok && inZone(t, z.origin) {
 			return []string{t}
 		}
 		return nil

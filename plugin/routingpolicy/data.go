@@ -76,13 +76,13 @@ func build(origins []string, loc *region.Locator, records []dns.RR, sets []*setS
 	// Plain records, grouped by name and type.
 	for _, rr := range records {
 		h := rr.Header()
-		h.Name = strings.ToLower(dns.Fqdn(h.Name))
+		h.Name = canonicalName(h.Name)
 		h.Class = dns.ClassINET
 		z := d.match(h.Name)
 		if z == nil {
 			return nil, fmt.Errorf("record %q: name %s is outside the zones %v", rr.String(), h.Name, origins)
 		}
-		lowerTargets(rr)
+		canonTargets(rr)
 		n := nodeOf(z, h.Name)
 		s := n.find(h.Rrtype)
 		if s == nil {
@@ -142,28 +142,6 @@ func build(origins []string, loc *region.Locator, records []dns.RR, sets []*setS
 		}
 	}
 	return d, nil
-}
-
-// lowerTargets lower-cases the names in the rdata of rr that answers lead to, as file does, so
-// the query path compares them without converting.
-func lowerTargets(rr dns.RR) {
-	switch v := rr.(type) {
-	case *dns.NS:
-		v.Ns = strings.ToLower(v.Ns)
-	case *dns.CNAME:
-		v.Target = strings.ToLower(v.Target)
-	case *dns.DNAME:
-		v.Target = strings.ToLower(v.Target)
-	case *dns.MX:
-		v.Mx = strings.ToLower(v.Mx)
-	case *dns.SOA:
-		v.Ns = strings.ToLower(v.Ns)
-		v.Mbox = strings.ToLower(v.Mbox)
-	case *dns.SVCB:
-		v.Target = strings.ToLower(v.Target)
-	case *dns.HTTPS:
-		v.Target = strings.ToLower(v.Target)
-	}
 }
 
 // finish checks the zone (R-ZONE-3), fills in the SOA and NS when not given, adds the empty
@@ -266,6 +244,7 @@ func (z *zone) link() {
 		}
 		if d := n.plain(dns.TypeDNAME); d != nil {
 			n.dname = d[0].(*dns.DNAME)
+			n.dtarget = canonicalName(n.dname.Target)
 		}
 		if strings.HasPrefix(name, "*.") {
 			if p := z.names[name[2:]]; p != nil {
@@ -310,7 +289,7 @@ func (z *zone) additional(rrs []dns.RR) []dns.RR {
 		case *dns.MX:
 			t = v.Mx
 		case *dns.SRV:
-			t = strings.ToLower(v.Target)
+			t = canonicalName(v.Target) // kept as written in the record, as file does
 		case *dns.SVCB:
 			t = v.Target
 		case *dns.HTTPS:
@@ -437,7 +416,7 @@ func newItem(spec *setSpec, label string, rdata []string) (item, error) {
 		if err != nil {
 			return it, spec.errf("item %s: %v", label, err)
 		}
-		lowerTargets(rr)
+		canonTargets(rr)
 		for _, o := range it.addrs {
 			if dns.IsDuplicate(o.rr, rr) {
 				return it, spec.errf("item %s: rdata %q given twice", label, rd)
@@ -512,20 +491,4 @@ func (p *policy) setShares() {
 		}
 		wrrConfiguredShare.WithLabelValues(p.zone, p.label, it.label).Set(share)
 	}
-}
-
-// relName makes name fully qualified relative to origin: "@" is the origin, a name ending in a
-// dot is absolute.
-func relName(name, origin string) string {
-	if name == "@" {
-		return origin
-	}
-	name = strings.ToLower(name)
-	if dns.IsFqdn(name) {
-		return name
-	}
-	if origin == "." {
-		return name + "."
-	}
-	return name + "." + origin
 }

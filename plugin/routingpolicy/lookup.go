@@ -67,16 +67,22 @@ func (z *zone) lookup(m *dns.Msg, qname string, qtype uint16, src *source, rnd f
 			res.referral = true
 			return res
 		case substitute:
-			target, ok := substitute6672(name, n.name, n.dname.Target)
+			target, ok := substitute6672(name, n.name, n.dtarget)
 			m.Answer = append(m.Answer, n.dname)
 			if !ok {
 				// RFC 6672 2.2: the substituted name is too long.
 				res.rcode = dns.RcodeYXDomain
 				return res
 			}
+			// The synthesized target keeps the DNAME target's case, as file's does; the chase
+			// goes on with the canonical name.
+			written := target
+			if n.dname.Target != n.dtarget {
+				written, _ = substitute6672(name, n.name, n.dname.Target)
+			}
 			m.Answer = append(m.Answer, &dns.CNAME{
 				Hdr:    dns.RR_Header{Name: name, Rrtype: dns.TypeCNAME, Class: dns.ClassINET, Ttl: n.dname.Hdr.Ttl},
-				Target: target,
+				Target: written,
 			})
 			if qtype == dns.TypeCNAME || !inZone(target, z.origin) {
 				m.Ns = z.ns

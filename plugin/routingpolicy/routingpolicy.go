@@ -6,6 +6,7 @@ package routingpolicy
 import (
 	"context"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,6 +67,11 @@ const maxChase = 8
 func (rp *RoutingPolicy) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 	state := request.Request{W: w, Req: r}
 	qname := state.Name()
+	if strings.IndexByte(qname, '\\') >= 0 && !wireEscaped(qname) {
+		// A name built in the server, not unpacked from the wire (`\097bc` for `abc`): the zone's
+		// names are in wire-unpacked form, as file's comparison of names would see them.
+		qname = canonicalName(qname)
+	}
 	d := rp.data.Load()
 	z := d.match(qname)
 	if z == nil {

@@ -1,7 +1,9 @@
 package routingpolicy
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/coredns/coredns/plugin/test"
+	"github.com/coredns/coredns/request"
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 	"github.com/coresteer/coresteer/plugin/pkg/health"
 
@@ -408,5 +411,82 @@ func TestZoneChecksEverySource(t *testing.T) {
 	}
 	if got := addrs(ask(t, rp, "a.example.org.", dns.TypeA, "10.1.1.1")); got != "192.0.2.1,CNAME:b.example.org." {
 		t.Fatalf("after the failed reload: %s", got)
+	}
+}
+
+// TestZoneEscapedNames: R-ZONE-1: a name written with escapes (RFC 1035 5.1) is the name of its
+// wire form, from every source (inline, record-set file) and in every place (owners, policy
+// names, targets): `\097bc` is `abc`, `\042` is the wildcard label. A query built in the server
+// (not unpacked from the wire) may carry such escapes too: `\097bc` and `abc` find the same
+// records. Regression: names were keyed as written and never found.
+func TestZoneEscapedNames(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "rs.yaml")
+	if err := os.WriteFile(f, []byte(`- {name: "\\042.api.example.org.", type: A, ttl: 30, routingPolicy: {wrr: {items: [{weight: 1, rrdatas: [10.0.1.1]}]}}}
+- {name: "\\102ile.example.org.", type: A, ttl: 30, rrdatas: [10.0.1.2]}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rp, _ := newTest(t, `routingpolicy example.org {
+		recordsets `+f+`
+		record \097bc A 60 192.0.2.1
+		record x\046y A 60 192.0.2.2
+		record alias CNAME 60 \097BC
+		wrr \*.pol A 60 "1=192.0.2.3"
+		record mx MX 60 10 \097bc
+	}`)
+	for _, tc := range []struct{ qname, want string }{
+		{"abc.example.org.", "192.0.2.1"},
+		{`\097bc.example.org.`, "192.0.2.1"},
+		{`\065BC.example.org.`, "192.0.2.1"},
+		{`x\.y.example.org.`, "192.0.2.2"},
+		{`x\046y.example.org.`, "192.0.2.2"},
+		{"alias.example.org.", "192.0.2.1,CNAME:abc.example.org."},
+		{"q.pol.example.org.", "192.0.2.3"},
+		{"q.api.example.org.", "10.0.1.1"},
+		{"file.example.org.", "10.0.1.2"},
+	} {
+		m := ask(t, rp, tc.qname, dns.TypeA, "10.1.1.1")
+		if got := addrs(m); got != tc.want || m.Rcode != dns.RcodeSuccess {
+			t.Errorf("%s A: %s %s, want %s", tc.qname, dns.RcodeToString[m.Rcode], got, tc.want)
+		}
+	}
+	if m := ask(t, rp, "mx.example.org.", dns.TypeMX, "10.1.1.1"); len(m.Extra) != 1 {
+		t.Errorf("MX to an escaped in-zone name: no additional address: %v", m.Extra)
+	}
+	// A name not under the zone because its dot is escaped: one label "a.example" under "org.".
+	if inZone(`a\.example.org.`, "example.org.") || !inZone(`a\\.example.org.`, "example.org.") {
+		t.Error(`inZone must tell an escaped dot ("a\.example.org.") from a label ending in a backslash`)
+	}
+}
+
+// TestZoneEscapedQueryNoAlloc: R-ZONE-1 without a cost on the query path: a query name in wire
+// form with escapes (`x\.y`) is looked up as it is, with no allocation beyond those of a plain
+// name (and of CoreDNS's request.Name, which rewrites such a name); only a name built in the
+// server with other escapes is converted.
+func TestZoneEscapedQueryNoAlloc(t *testing.T) {
+	rp, _ := newTest(t, `routingpolicy example.org {
+		record abc A 60 192.0.2.1
+		record x\.y A 60 192.0.2.2
+	}`)
+	w := &fixedAddrWriter{addr: &net.UDPAddr{IP: net.ParseIP("10.1.1.1"), Port: 40212}}
+	allocs := func(name string) float64 {
+		m := new(dns.Msg)
+		m.SetQuestion(name, dns.TypeA)
+		serve := testing.AllocsPerRun(100, func() { rp.ServeDNS(context.Background(), w, m) })
+		state := testing.AllocsPerRun(100, func() { _ = (&request.Request{W: w, Req: m}).Name() })
+		return serve - state
+	}
+	plain, escaped := allocs("abc.example.org."), allocs(`x\.y.example.org.`)
+	if escaped != plain {
+		t.Fatalf(`x\.y.example.org. allocates %v times per query besides request.Name, abc.example.org. %v`, escaped, plain)
+	}
+	for _, tc := range []struct {
+		name string
+		wire bool
+	}{{`x\.y.`, true}, {`my\ printer.`, true}, {`a\255b.`, true}, {`a\"b.`, true}, {`\097bc.`, false},
+		{`x\046y.`, false}, {`\*.`, false}, {`a\`, false}, {`a\300.`, false}} {
+		if wireEscaped(tc.name) != tc.wire {
+			t.Errorf("wireEscaped(%q) = %v", tc.name, !tc.wire)
+		}
 	}
 }

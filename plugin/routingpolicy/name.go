@@ -1,0 +1,92 @@
+package routingpolicy
+
+import (
+	"strings"
+
+	"github.com/miekg/dns"
+)
+
+// canonicalName returns name fully qualified, in lower case, with its escapes in the one form a
+// name unpacked from the wire has. RFC 1035 5.1 lets zone data write one octet as \DDD or \c
+// (`\097bc` is `abc`, `x\046y` is `x\.y`, `\042` is the wildcard label `*`), and queries arrive
+// unpacked (`abc`, `x\.y`): names in the zone are keyed by this form so they compare as strings.
+// file does the same when it inserts a record (canonicalEscape: to wire form and back).
+func canonicalName(name string) string {
+	name = dns.Fqdn(name)
+	if strings.IndexByte(name, '\\') >= 0 {
+		var buf [256]byte
+		if off, err := dns.PackDomainName(name, buf[:], 0, nil, false); err == nil {
+			if out, _, err := dns.UnpackDomainName(buf[:off], 0); err == nil {
+				name = out
+			}
+		}
+	}
+	return strings.ToLower(name)
+}
+
+// wireEscaped reports whether every escape in name is one a name unpacked from the wire has:
+// \DDD for an octet outside printable ASCII, \c for a character that must be escaped. A query
+// from the wire always is; one built inside the server (another plugin's lookup) may not be.
+// It does not allocate: the query path calls it for every name that has a backslash.
+func wireEscaped(name string) bool {
+	for i := 0; i < len(name); i++ {
+		if name[i] != '\\' {
+			continue
+		}
+		if i+3 < len(name) && isDigit(name[i+1]) && isDigit(name[i+2]) && isDigit(name[i+3]) {
+			v := int(name[i+1]-'0')*100 + int(name[i+2]-'0')*10 + int(name[i+3]-'0')
+			if (v >= ' ' && v <= '~') || v > 255 {
+				return false
+			}
+			i += 3
+			continue
+		}
+		if i+1 == len(name) {
+			return false
+		}
+		switch name[i+1] {
+		case '.', ' ', '\'', '@', ';', '(', ')', '"', '\\': // miekg/dns escapes these on unpack
+			i++
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
+
+// canonTargets puts the names in the rdata of rr that answers lead to in canonical form, as file
+// does (it lower-cases them; the escapes are ours, so a target written `\097bc` is found). DNAME
+// and SRV targets keep their case, as in file: they are canonicalized where they are looked up.
+func canonTargets(rr dns.RR) {
+	switch v := rr.(type) {
+	case *dns.NS:
+		v.Ns = canonicalName(v.Ns)
+	case *dns.CNAME:
+		v.Target = canonicalName(v.Target)
+	case *dns.MX:
+		v.Mx = canonicalName(v.Mx)
+	case *dns.SOA:
+		v.Ns = canonicalName(v.Ns)
+		v.Mbox = canonicalName(v.Mbox)
+	case *dns.SVCB:
+		v.Target = canonicalName(v.Target)
+	case *dns.HTTPS:
+		v.Target = canonicalName(v.Target)
+	}
+}
+
+// relName makes name fully qualified relative to origin, in canonical form: "@" is the origin,
+// a name ending in a dot is absolute.
+func relName(name, origin string) string {
+	switch {
+	case name == "@":
+		return origin
+	case dns.IsFqdn(name):
+		return canonicalName(name)
+	case origin == ".":
+		return canonicalName(name + ".")
+	}
+	return canonicalName(name + "." + origin)
+}
