@@ -247,8 +247,9 @@ func (z *zone) link() {
 			n.dtarget = canonicalName(n.dname.Target)
 		}
 		if strings.HasPrefix(name, "*.") {
-			if p := z.names[name[2:]]; p != nil {
-				p.wild = n
+			// parent, not name[2:]: the wildcard of the root zone is "*.", whose parent is ".".
+			if p, _ := parent(name); z.names[p] != nil {
+				z.names[p].wild = n
 			}
 		}
 	}

@@ -490,3 +490,22 @@ func TestZoneEscapedQueryNoAlloc(t *testing.T) {
 		}
 	}
 }
+
+// TestZoneRootWildcard: R-ZONE-2, RFC 4592 in the root zone: "*." is the wildcard of the apex and
+// matches "foo.". Regression: its parent was taken as name[2:], "" for "*.", so it never matched.
+func TestZoneRootWildcard(t *testing.T) {
+	rp, _ := newTest(t, `routingpolicy . {
+		record * A 60 192.0.2.2
+		record *.sub A 60 192.0.2.3
+	}`)
+	for _, tc := range []struct{ qname, want string }{
+		{"x.sub.", "192.0.2.3"},
+		{"foo.", "192.0.2.2"},
+		{"a.b.foo.", "192.0.2.2"},
+	} {
+		m := ask(t, rp, tc.qname, dns.TypeA, "10.1.1.1")
+		if got := addrs(m); m.Rcode != dns.RcodeSuccess || got != tc.want || m.Answer[0].Header().Name != tc.qname {
+			t.Errorf("%s A under the root zone's wildcards: %s %v, want %s", tc.qname, dns.RcodeToString[m.Rcode], m.Answer, tc.want)
+		}
+	}
+}
