@@ -105,8 +105,16 @@ func (z *zone) checkLoops() error {
 		case n.find(dns.TypeCNAME) != nil:
 			start = name
 		case n.dname != nil:
-			// Any name below the owner is substituted the same way; take one.
-			start = relName("loop-check", name)
+			// Any name below the owner is substituted the same way; take the shortest, so an
+			// owner of up to 253 octets still has one (a longer name may be too long to
+			// substitute where a short one loops). An owner with no name below it loops nothing.
+			start = "x." + name
+			if name == "." {
+				start = "x."
+			}
+			if wireLen(start) > maxNameLen {
+				continue
+			}
 		}
 		if start == "" {
 			continue

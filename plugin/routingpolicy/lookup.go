@@ -166,7 +166,7 @@ func substitute6672(name, owner, target string) (string, bool) {
 	if target == "." {
 		out = prefix
 	}
-	if _, ok := dns.IsDomainName(out); !ok {
+	if wireLen(out) > maxNameLen {
 		return "", false
 	}
 	return out, true

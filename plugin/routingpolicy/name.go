@@ -90,3 +90,28 @@ func relName(name, origin string) string {
 	}
 	return canonicalName(name + "." + origin)
 }
+
+// maxNameLen is the longest a domain name may be on the wire (RFC 1035 3.1).
+const maxNameLen = 255
+
+// wireLen returns the length on the wire of name, fully qualified and valid. dns.IsDomainName
+// lets names of up to 257 octets through, so it cannot tell a substitution that is too long.
+func wireLen(name string) int {
+	if name == "." {
+		return 1
+	}
+	n := len(name) + 1 // a length octet for each label, the root's, no dots
+	for i := 0; i < len(name); i++ {
+		if name[i] != '\\' {
+			continue
+		}
+		if i+3 < len(name) && isDigit(name[i+1]) && isDigit(name[i+2]) && isDigit(name[i+3]) {
+			n -= 3
+			i += 3
+			continue
+		}
+		n--
+		i++
+	}
+	return n
+}

@@ -188,6 +188,28 @@ func TestZoneDNAME(t *testing.T) {
 	})
 }
 
+// TestZoneDNAMETooLong: R-ZONE-2, RFC 6672 2.2: a substitution of 255 octets answers its CNAME;
+// one of 256 or 257 is YXDOMAIN. Regression: the length was checked with dns.IsDomainName,
+// which lets 257 octets through, and the answer could not be packed.
+func TestZoneDNAMETooLong(t *testing.T) {
+	l63 := strings.Repeat("t", 63)
+	target := l63 + "." + l63 + "." + l63 + ".example.net." // 205 octets
+	rp, _ := newTest(t, "routingpolicy example.org {\n record d DNAME 60 "+target+"\n}")
+	for _, tc := range []struct {
+		prefix int // octets of the one label above d: the result is 205 + 1 + prefix octets
+		rcode  int
+	}{{49, dns.RcodeSuccess}, {50, dns.RcodeYXDomain}, {51, dns.RcodeYXDomain}} {
+		q := strings.Repeat("p", tc.prefix) + ".d.example.org."
+		m := ask(t, rp, q, dns.TypeA, "10.1.1.1")
+		if m.Rcode != tc.rcode {
+			t.Errorf("%d octets after substitution: %s, want %s", 206+tc.prefix, dns.RcodeToString[m.Rcode], dns.RcodeToString[tc.rcode])
+		}
+		if _, err := m.Pack(); err != nil {
+			t.Errorf("%d octets after substitution: the answer does not pack: %v", 206+tc.prefix, err)
+		}
+	}
+}
+
 // TestZoneLoadChecks: R-ZONE-2, R-ZONE-3: what cannot be answered as written is refused at load
 // with an error that says why.
 func TestZoneLoadChecks(t *testing.T) {
@@ -238,9 +260,9 @@ func TestZoneCNAMELoop(t *testing.T) {
 		{`record a CNAME 60 x.w
 		  record *.w CNAME 60 a`, "CNAME loop: a.example.org. → x.w.example.org. → a.example.org."},
 		{`record d DNAME 60 e.example.org.
-		  record x.e CNAME 60 x.d`, "CNAME loop: x.e.example.org. → x.d.example.org. → x.e.example.org."},
+		  record x.e CNAME 60 x.d`, "CNAME loop: x.d.example.org. → x.e.example.org. → x.d.example.org."},
 		{`record d DNAME 60 e.example.org.
-		  record e DNAME 60 d.example.org.`, "CNAME loop: loop-check.d.example.org. → loop-check.e.example.org. → loop-check.d.example.org."},
+		  record e DNAME 60 d.example.org.`, "CNAME loop: x.d.example.org. → x.e.example.org. → x.d.example.org."},
 		{`record d DNAME 60 a.e.example.org.
 		  record e DNAME 60 d.example.org.`, "chain longer than 64 steps"},
 	} {
@@ -257,6 +279,28 @@ func TestZoneCNAMELoop(t *testing.T) {
 		record y.e A 60 192.0.2.1
 	}`); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestZoneDNAMELoopLongOwners: R-ZONE-3: a DNAME loop between owners of 246..253 octets is
+// refused at load. Regression: the check probed "loop-check.<owner>", too long a name to
+// substitute, so the loop loaded and "x.<owner>" answered DNAME/CNAME pairs to the chase limit.
+func TestZoneDNAMELoopLongOwners(t *testing.T) {
+	long := func(c string, last int) string {
+		l63 := strings.Repeat(c, 63)
+		return l63 + "." + l63 + "." + l63 + "." + strings.Repeat(c, last) + ".example.org."
+	}
+	for _, last := range []int{40, 44, 47} { // owners of 246, 250 and 253 octets
+		a, b := long("a", last), long("b", last)
+		err := loadErr("routingpolicy example.org {\n record " + a + " DNAME 60 " + b + "\n record " + b + " DNAME 60 " + a + "\n}")
+		if err == nil || !strings.Contains(err.Error(), "loop: x."+a+" → x."+b+" → x."+a) {
+			t.Errorf("owners of %d octets: a DNAME loop: error %v", len(a)+1, err)
+		}
+	}
+	// An owner of 254 octets has no name below it: its DNAME substitutes nothing.
+	a, b := long("a", 48), long("b", 48)
+	if err := loadErr("routingpolicy example.org {\n record " + a + " DNAME 60 " + b + "\n record " + b + " DNAME 60 " + a + "\n}"); err != nil {
+		t.Errorf("owners of 254 octets: %v", err)
 	}
 }
 
