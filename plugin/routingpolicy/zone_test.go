@@ -260,11 +260,16 @@ func TestZoneCNAMELoop(t *testing.T) {
 		{`record a CNAME 60 x.w
 		  record *.w CNAME 60 a`, "CNAME loop: a.example.org. → x.w.example.org. → a.example.org."},
 		{`record d DNAME 60 e.example.org.
-		  record x.e CNAME 60 x.d`, "CNAME loop: x.d.example.org. → x.e.example.org. → x.d.example.org."},
+		  record x.e CNAME 60 x.d`, "CNAME and DNAME loop: x.d.example.org. → x.e.example.org. → x.d.example.org."},
 		{`record d DNAME 60 e.example.org.
-		  record e DNAME 60 d.example.org.`, "CNAME loop: x.d.example.org. → x.e.example.org. → x.d.example.org."},
+		  record e DNAME 60 d.example.org.`, "DNAME loop: x.d.example.org. → x.e.example.org. → x.d.example.org."},
+		// A loop of DNAMEs that lengthens the name: every name below d comes back longer.
 		{`record d DNAME 60 a.e.example.org.
-		  record e DNAME 60 d.example.org.`, "chain longer than 64 steps"},
+		  record e DNAME 60 d.example.org.`, "DNAME loop: x.d.example.org. → x.a.e.example.org. → x.a.d.example.org. → …: every name below d.example.org. is substituted back below it"},
+		{`record a CNAME 60 x.d
+		  record d DNAME 60 b.f.example.org.
+		  record f DNAME 60 g.example.org.
+		  record g DNAME 60 d.example.org.`, "DNAME loop: x.d.example.org. → x.b.f.example.org. → x.b.g.example.org. → x.b.d.example.org. → …"},
 	} {
 		err := loadErr("routingpolicy example.org {\n" + tc.data + "\n}")
 		if err == nil || !strings.Contains(err.Error(), tc.err) {
@@ -279,6 +284,28 @@ func TestZoneCNAMELoop(t *testing.T) {
 		record y.e A 60 192.0.2.1
 	}`); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestZoneLongChainLoads: R-ZONE-3 refuses loops, not long chains, as file loads them: 70
+// CNAMEs, 70 DNAMEs and a chain that passes a DNAME twice with a CNAME between load; the lookup
+// answers as much as file would (TestZoneCNAMEChainLimit). Regression: any chain of more than 64
+// steps was refused as "a loop through DNAME substitution".
+func TestZoneLongChainLoads(t *testing.T) {
+	var cnames, dnames strings.Builder
+	for i := range 70 {
+		fmt.Fprintf(&cnames, "record c%d CNAME 60 c%d\n", i, i+1)
+		fmt.Fprintf(&dnames, "record d%d DNAME 60 d%d.example.org.\n", i, i+1)
+	}
+	for _, data := range []string{
+		cnames.String() + "record c70 A 60 192.0.2.1",
+		dnames.String() + "record x.d70 A 60 192.0.2.1",
+		// x.d → x.e (CNAME) → y.d → y.e: the DNAME d twice, but a CNAME between starts anew.
+		"record d DNAME 60 e.example.org.\nrecord x.e CNAME 60 y.d\nrecord y.e A 60 192.0.2.1",
+	} {
+		if err := loadErr("routingpolicy example.org {\n" + data + "\n}"); err != nil {
+			t.Errorf("a chain without a loop is refused: %v", err)
+		}
 	}
 }
 
