@@ -103,7 +103,7 @@ func askData(d *data, loc *region.Locator, name string, qtype uint16) {
 	m := new(dns.Msg)
 	m.SetQuestion(name, qtype)
 	src := source{loc: loc, w: &test.ResponseWriter{}, r: m, id: region.None}
-	var us [maxChase]used
+	var us [maxUsed]used
 	r := rand.New(rand.NewPCG(1, 2))
 	z.lookup(m, name, qtype, &src, r.Uint64, &us)
 	if _, err := m.Pack(); err != nil && !strings.Contains(err.Error(), "too long") {

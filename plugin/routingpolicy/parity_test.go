@@ -265,6 +265,28 @@ func (g *zoneGen) generate() {
 		g.wilds = append(g.wilds, w)
 		g.add(fmt.Sprintf("a.%s 300 IN A 192.0.2.90", w))
 	}
+	// A long chain, past file's limit of 10 CNAMEs, sometimes through a wildcard (which starts
+	// file's count again): long0 → long1 → … → a name that ends a chain.
+	if g.r.IntN(2) == 0 {
+		n := 8 + g.r.IntN(8)
+		wild := -1
+		if g.r.IntN(2) == 0 {
+			wild = g.r.IntN(n - 1)
+			g.wilds = append(g.wilds, g.fq("*.lwild"))
+			g.add(fmt.Sprintf("%s 300 IN CNAME %s", g.fq("*.lwild"), g.fq(fmt.Sprintf("long%d", wild+1))))
+		}
+		for i := range n {
+			target := g.fq(fmt.Sprintf("long%d", i+1))
+			switch i {
+			case wild:
+				target = g.fq(fmt.Sprintf("w%d.lwild", g.r.IntN(10)))
+			case n - 1:
+				target = g.chainEnd()
+			}
+			g.add(fmt.Sprintf("%s 300 IN CNAME %s", g.fq(fmt.Sprintf("long%d", i)), g.mixCase(target)))
+			g.cnames = append(g.cnames, g.fq(fmt.Sprintf("long%d", i)))
+		}
+	}
 	// CNAMEs: to names that end a chain, or to an earlier CNAME.
 	for i := range 1 + g.r.IntN(4) {
 		owner := g.fq(fmt.Sprintf("alias%d", i))

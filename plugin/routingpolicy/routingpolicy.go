@@ -60,9 +60,6 @@ func New(cfg *Config, d *data) *RoutingPolicy {
 // Name implements plugin.Handler.
 func (rp *RoutingPolicy) Name() string { return "routingpolicy" }
 
-// maxChase bounds in-zone CNAME chasing.
-const maxChase = 8
-
 // ServeDNS implements plugin.Handler.
 func (rp *RoutingPolicy) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 	state := request.Request{W: w, Req: r}
@@ -86,7 +83,7 @@ func (rp *RoutingPolicy) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *
 	m := new(dns.Msg)
 	m.SetReply(r)
 	m.Authoritative = true
-	var used [maxChase]used
+	var used [maxUsed]used
 	res := z.lookup(m, qname, qtype, &src, rp.rnd, &used)
 
 	if res.rcode == dns.RcodeNameError && len(m.Answer) == 0 && rp.cfg.Fall.Through(qname) {
