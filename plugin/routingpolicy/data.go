@@ -82,6 +82,9 @@ func build(origins []string, loc *region.Locator, records []dns.RR, sets []*setS
 		if z == nil {
 			return nil, fmt.Errorf("record %q: name %s is outside the zones %v", rr.String(), h.Name, origins)
 		}
+		if err := packable(rr); err != nil {
+			return nil, fmt.Errorf("record %q: %v", rr.String(), err)
+		}
 		canonTargets(rr)
 		n := nodeOf(z, h.Name)
 		s := n.find(h.Rrtype)
@@ -104,6 +107,11 @@ func build(origins []string, loc *region.Locator, records []dns.RR, sets []*setS
 			}
 			if h.Name != z.origin {
 				return nil, fmt.Errorf("SOA record %q is not at the zone apex %s", rr.String(), z.origin)
+			}
+		case dns.TypeCNAME:
+			// RFC 2181 10.1: one CNAME per name (a policy's item has one target too).
+			if len(s.rrs) > 0 {
+				return nil, fmt.Errorf("second CNAME record %q for %s: a name has at most one CNAME (RFC 2181 10.1)", rr.String(), h.Name)
 			}
 		case dns.TypeDNAME:
 			// RFC 6672 2.4: one DNAME per owner name.
@@ -470,6 +478,9 @@ func newRR(name string, ttl uint32, qtype uint16, rdata, origin string) (dns.RR,
 	if rr == nil || rr.Header().Rrtype != qtype {
 		return nil, fmt.Errorf("rdata %q is not valid %s data", rdata, ts)
 	}
+	if err := packable(rr); err != nil {
+		return nil, fmt.Errorf("rdata %q is not valid %s data: %v", rdata, ts, err)
+	}
 	if qtype == dns.TypeA || qtype == dns.TypeAAAA {
 		// dns.NewRR accepts an IPv4 address for AAAA and the other way round in some forms.
 		if ip, ok := addrOf(rr); !ok || ip.Is4() != (qtype == dns.TypeA) {
@@ -477,6 +488,29 @@ func newRR(name string, ttl uint32, qtype uint16, rdata, origin string) (dns.RR,
 		}
 	}
 	return rr, nil
+}
+
+// packable returns an error when rr cannot be written into a message, or has no rdata where
+// its type needs some: the zone parser accepts `a CNAME` with nothing after it (as dynamic updates
+// write deletions), which file loads and answers with an empty CNAME no resolver can use.
+func packable(rr dns.RR) error {
+	buf := make([]byte, 2*dns.Len(rr)+64)
+	off, err := dns.PackRR(rr, buf, 0, nil, false)
+	if err == dns.ErrBuf {
+		buf = make([]byte, dns.MaxMsgSize)
+		off, err = dns.PackRR(rr, buf, 0, nil, false)
+	}
+	if err != nil {
+		return fmt.Errorf("the record cannot be written in a message: %v", err)
+	}
+	switch rr.Header().Rrtype {
+	case dns.TypeNULL, dns.TypeAPL: // their rdata may be empty (RFC 1035 3.3.10, RFC 3123 4)
+	default:
+		if _, hdr, err := dns.UnpackDomainName(buf, 0); err == nil && off == hdr+10 {
+			return fmt.Errorf("no rdata (a %s record needs some)", dns.TypeToString[rr.Header().Rrtype])
+		}
+	}
+	return nil
 }
 
 // setShares publishes the configured share of each WRR item (R-WRR-2, R-WRR-3).

@@ -9,11 +9,12 @@ import (
 // canonicalName returns name fully qualified, in lower case, with its escapes in the one form a
 // name unpacked from the wire has. RFC 1035 5.1 lets zone data write one octet as \DDD or \c
 // (`\097bc` is `abc`, `x\046y` is `x\.y`, `\042` is the wildcard label `*`), and queries arrive
-// unpacked (`abc`, `x\.y`): names in the zone are keyed by this form so they compare as strings.
-// file does the same when it inserts a record (canonicalEscape: to wire form and back).
+// unpacked (`abc`, `x\.y`, `\195\188` for the octets of "ü"): names in the zone are keyed by
+// this form so they compare as strings. file does the same when it inserts a record
+// (canonicalEscape: to wire form and back), for names with a backslash.
 func canonicalName(name string) string {
 	name = dns.Fqdn(name)
-	if strings.IndexByte(name, '\\') >= 0 {
+	if !printable(name) {
 		var buf [256]byte
 		if off, err := dns.PackDomainName(name, buf[:], 0, nil, false); err == nil {
 			if out, _, err := dns.UnpackDomainName(buf[:off], 0); err == nil {
@@ -49,6 +50,22 @@ func wireEscaped(name string) bool {
 			i++
 		default:
 			return false
+		}
+	}
+	return true
+}
+
+// printable reports whether name is in the form unpacking gives without escaping anything: no
+// backslash, no octet outside printable ASCII, none of the characters unpacking escapes.
+func printable(name string) bool {
+	for i := 0; i < len(name); i++ {
+		switch c := name[i]; c {
+		case '\\', ' ', '\'', '@', ';', '(', ')', '"':
+			return false
+		default:
+			if c < ' ' || c > '~' {
+				return false
+			}
 		}
 	}
 	return true

@@ -227,6 +227,9 @@ func TestZoneLoadChecks(t *testing.T) {
 		{`record dn DNAME 60 a.dn`, "DNAME dn.example.org. → a.dn.example.org. points at or below itself"},
 		{`record dn DNAME 60 a.example.net.
 		  record dn DNAME 60 b.example.net.`, "a name has at most one DNAME"},
+		// Two CNAMEs at one name: the answer carried both (found by FuzzZoneFile).
+		{`record a CNAME 60 b
+		  record a CNAME 60 c`, "for a.example.org.: a name has at most one CNAME (RFC 2181 10.1)"},
 		{`record *.w DNAME 60 example.net.`, "DNAME at the wildcard *.w.example.org."},
 		{`record *.w NS 60 ns.example.net.`, "NS records at the wildcard *.w.example.org."},
 		// CNAME beside other data, at the apex.
@@ -524,6 +527,22 @@ func TestZoneEscapedNames(t *testing.T) {
 	if m := ask(t, rp, "mx.example.org.", dns.TypeMX, "10.1.1.1"); len(m.Extra) != 1 {
 		t.Errorf("MX to an escaped in-zone name: no additional address: %v", m.Extra)
 	}
+	// Octets outside printable ASCII written raw in a zone file (UTF-8, or not) are the octets a
+	// query carries as \DDD; case is ASCII only (RFC 4343). Regression: lower-casing them as UTF-8
+	// changed them (and an invalid octet into three).
+	zf := filepath.Join(t.TempDir(), "db")
+	if err := os.WriteFile(zf, []byte("$ORIGIN example.org.\n$TTL 60\ncaf\xc3\xa9 A 192.0.2.4\n\xc3\x9cber A 192.0.2.5\nx\xff A 192.0.2.6\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rp, _ = newTest(t, "routingpolicy example.org {\n zonefile "+zf+"\n}")
+	for qname, want := range map[string]string{
+		`caf\195\169.example.org.`: "192.0.2.4", "caf\xc3\xa9.example.org.": "192.0.2.4",
+		`\195\156ber.example.org.`: "192.0.2.5", `x\255.example.org.`: "192.0.2.6",
+	} {
+		if got := addrs(ask(t, rp, qname, dns.TypeA, "10.1.1.1")); got != want {
+			t.Errorf("%q A: %q, want %s", qname, got, want)
+		}
+	}
 	// A name not under the zone because its dot is escaped: one label "a.example" under "org.".
 	if inZone(`a\.example.org.`, "example.org.") || !inZone(`a\\.example.org.`, "example.org.") {
 		t.Error(`inZone must tell an escaped dot ("a\.example.org.") from a label ending in a backslash`)
@@ -578,5 +597,24 @@ func TestZoneRootWildcard(t *testing.T) {
 		if got := addrs(m); m.Rcode != dns.RcodeSuccess || got != tc.want || m.Answer[0].Header().Name != tc.qname {
 			t.Errorf("%s A under the root zone's wildcards: %s %v, want %s", tc.qname, dns.RcodeToString[m.Rcode], m.Answer, tc.want)
 		}
+	}
+}
+
+// TestZoneRecordWithoutRdata: R-ZONE-3: the zone parser accepts a record with no rdata (`a
+// CNAME`, as dynamic updates write them); loaded, it answered an empty CNAME no resolver can use
+// (seen while fuzzing). It is refused at load, from a zone file and inline.
+func TestZoneRecordWithoutRdata(t *testing.T) {
+	zf := filepath.Join(t.TempDir(), "db")
+	if err := os.WriteFile(zf, []byte("$ORIGIN example.org.\n$TTL 60\na CNAME\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := loadErr("routingpolicy example.org {\n zonefile " + zf + "\n}"); err == nil || !strings.Contains(err.Error(), "no rdata (a CNAME record needs some)") {
+		t.Errorf("a CNAME without a target in a zone file: %v", err)
+	}
+	if err := loadErr("routingpolicy example.org {\n record a CNAME 60 \"\"\n}"); err == nil || !strings.Contains(err.Error(), "no rdata") {
+		t.Errorf("an inline CNAME without a target: %v", err)
+	}
+	if err := loadErr("routingpolicy example.org {\n wrr a CNAME 60 \"1=b;1= \"\n}"); err == nil {
+		t.Error("a policy item CNAME without a target loaded")
 	}
 }
