@@ -126,7 +126,11 @@ func askAll(t *testing.T, d *data, loc *region.Locator, names []string, qtypes .
 	rp := New(&Config{Zones: []string{"."}, Locator: loc}, d)
 	rp.rnd = rand.New(rand.NewPCG(1, 2)).Uint64
 	for _, name := range names {
-		for _, q := range []string{name, "x." + name} {
+		below := "x." + name
+		if name == "." {
+			below = "x."
+		}
+		for _, q := range []string{name, below} {
 			if wireLen(q) > maxNameLen {
 				continue
 			}
