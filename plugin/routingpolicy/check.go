@@ -167,7 +167,7 @@ func (z *zone) next(name string) ([]string, *node) {
 	}
 	var out []string
 	add := func(rr dns.RR) {
-		if t := rr.(*dns.CNAME).Target; inZone(t, z.origin) {
+		if t := canonicalName(rr.(*dns.CNAME).Target); inZone(t, z.origin) {
 			out = append(out, t)
 		}
 	}

@@ -85,7 +85,7 @@ func build(origins []string, loc *region.Locator, records []dns.RR, sets []*setS
 		if err := packable(rr); err != nil {
 			return nil, fmt.Errorf("record %q: %v", rr.String(), err)
 		}
-		canonTargets(rr)
+		lowerTargets(rr)
 		n := nodeOf(z, h.Name)
 		s := n.find(h.Rrtype)
 		if s == nil {
@@ -225,6 +225,9 @@ func (z *zone) finish(now time.Time) error {
 			s.rrs = slices.Clip(s.rrs)
 			if s.pol == nil {
 				s.extra = z.additional(s.rrs)
+				if s.qtype == dns.TypeCNAME {
+					s.target = canonicalName(s.rrs[0].(*dns.CNAME).Target)
+				}
 				continue
 			}
 			for q := s.pol; q != nil; q = q.backup {
@@ -275,7 +278,7 @@ func (z *zone) link() {
 func (z *zone) glue(ns []dns.RR, owner string) []dns.RR {
 	var out []dns.RR
 	for _, rr := range ns {
-		t := rr.(*dns.NS).Ns
+		t := canonicalName(rr.(*dns.NS).Ns)
 		if !inZone(t, owner) {
 			continue
 		}
@@ -298,7 +301,7 @@ func (z *zone) additional(rrs []dns.RR) []dns.RR {
 		case *dns.MX:
 			t = v.Mx
 		case *dns.SRV:
-			t = canonicalName(v.Target) // kept as written in the record, as file does
+			t = v.Target // kept as written in the record, as file does
 		case *dns.SVCB:
 			t = v.Target
 		case *dns.HTTPS:
@@ -306,6 +309,7 @@ func (z *zone) additional(rrs []dns.RR) []dns.RR {
 		default:
 			continue
 		}
+		t = canonicalName(t)
 		if !inZone(t, z.origin) || slices.Contains(seen, t) {
 			continue
 		}
@@ -425,7 +429,10 @@ func newItem(spec *setSpec, label string, rdata []string) (item, error) {
 		if err != nil {
 			return it, spec.errf("item %s: %v", label, err)
 		}
-		canonTargets(rr)
+		lowerTargets(rr)
+		if c, ok := rr.(*dns.CNAME); ok {
+			it.target = canonicalName(c.Target) // one per item (above)
+		}
 		for _, o := range it.addrs {
 			if dns.IsDuplicate(o.rr, rr) {
 				return it, spec.errf("item %s: rdata %q given twice", label, rd)

@@ -143,7 +143,7 @@ func (z *zone) lookup(m *dns.Msg, qname string, qtype uint16, src *source, rnd f
 			return res
 		}
 		start := len(m.Answer)
-		extra := s.extra
+		extra, target := s.extra, s.target
 		if s.pol != nil {
 			if m.Answer == nil {
 				m.Answer = make([]dns.RR, 0, s.pol.maxRRs()+1)
@@ -154,7 +154,7 @@ func (z *zone) lookup(m *dns.Msg, qname string, qtype uint16, src *source, rnd f
 				us[res.n] = used{p: s.pol, o: o}
 				res.n++
 			}
-			extra = o.it.extra
+			extra, target = o.it.extra, o.it.target
 		} else {
 			if m.Answer == nil {
 				m.Answer = make([]dns.RR, 0, len(s.rrs))
@@ -172,12 +172,6 @@ func (z *zone) lookup(m *dns.Msg, qname string, qtype uint16, src *source, rnd f
 			return res
 		}
 		// Chase an in-zone CNAME; an out-of-zone target is left to the resolver.
-		target := ""
-		if len(m.Answer) > start {
-			if c, ok := m.Answer[len(m.Answer)-1].(*dns.CNAME); ok {
-				target = c.Target // lower case since load
-			}
-		}
 		if target == "" || !inZone(target, z.origin) {
 			m.Ns = z.ns
 			return res

@@ -73,24 +73,26 @@ func printable(name string) bool {
 
 func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 
-// canonTargets puts the names in the rdata of rr that answers lead to in canonical form, as file
-// does (it lower-cases them; the escapes are ours, so a target written `\097bc` is found). DNAME
-// and SRV targets keep their case, as in file: they are canonicalized where they are looked up.
-func canonTargets(rr dns.RR) {
+// lowerTargets lower-cases the names in the rdata of rr, as file does on insert, and leaves
+// their escapes as written: answers carry the same octets as file's (an escaped upper-case
+// letter, `\077ail`, stays upper case on the wire, in file too). The names a lookup follows are
+// canonicalized where they are used (canonicalName): CNAME targets (rrset.target, item.target),
+// glue, additional data, DNAME targets.
+func lowerTargets(rr dns.RR) {
 	switch v := rr.(type) {
 	case *dns.NS:
-		v.Ns = canonicalName(v.Ns)
+		v.Ns = strings.ToLower(v.Ns)
 	case *dns.CNAME:
-		v.Target = canonicalName(v.Target)
+		v.Target = strings.ToLower(v.Target)
 	case *dns.MX:
-		v.Mx = canonicalName(v.Mx)
+		v.Mx = strings.ToLower(v.Mx)
 	case *dns.SOA:
-		v.Ns = canonicalName(v.Ns)
-		v.Mbox = canonicalName(v.Mbox)
+		v.Ns = strings.ToLower(v.Ns)
+		v.Mbox = strings.ToLower(v.Mbox)
 	case *dns.SVCB:
-		v.Target = canonicalName(v.Target)
+		v.Target = strings.ToLower(v.Target)
 	case *dns.HTTPS:
-		v.Target = canonicalName(v.Target)
+		v.Target = strings.ToLower(v.Target)
 	}
 }
 

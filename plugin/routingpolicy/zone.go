@@ -50,6 +50,8 @@ type rrset struct {
 	// extra are the in-zone addresses of the targets of plain MX, SRV, SVCB and HTTPS records,
 	// for the additional section (as file does).
 	extra []dns.RR
+	// target is the target of a plain CNAME set (one record), canonical, for the chase.
+	target string
 }
 
 func (n *node) find(qtype uint16) *rrset {
