@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coredns/coredns/plugin/file"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/coredns/coredns/request"
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
@@ -617,5 +618,45 @@ func TestZoneRecordWithoutRdata(t *testing.T) {
 	}
 	if err := loadErr("routingpolicy example.org {\n wrr a CNAME 60 \"1=b;1= \"\n}"); err == nil {
 		t.Error("a policy item CNAME without a target loaded")
+	}
+}
+
+// TestZoneRefusedWhereFileLoads: R-ZONE-3, and the load rows of README's "Differences from file":
+// each zone file here loads in file and is refused by routingpolicy, with an error that says why.
+// A row whose file behaviour changes fails here.
+func TestZoneRefusedWhereFileLoads(t *testing.T) {
+	dir := t.TempDir()
+	inc := filepath.Join(dir, "inc")
+	if err := os.WriteFile(inc, []byte("b A 192.0.2.2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const head = "$ORIGIN example.org.\n$TTL 60\n@ SOA ns1 h 1 2 3 4 5\n@ NS ns1\nns1 A 192.0.2.1\n"
+	for _, tc := range []struct{ data, err string }{
+		{"a CNAME b\na TXT x\n", "has a CNAME and other data"},
+		{"@ CNAME b.example.net.\n", "example.org. has a CNAME and other data"}, // the apex has its SOA and NS
+		{"a CNAME b\na CNAME c\n", "a name has at most one CNAME"},
+		{"a CNAME b\nb CNAME a\n", "CNAME loop"},
+		{"dn DNAME a.example.net.\ndn DNAME b.example.net.\n", "a name has at most one DNAME"},
+		{"sub NS ns.example.net.\nsub DNAME example.net.\n", "a DNAME cannot be at a zone cut"},
+		{"dn DNAME a.dn\n", "points at or below itself"},
+		{"*.w NS ns.example.net.\n", "NS records at the wildcard"},
+		{"*.w DNAME example.net.\n", "DNAME at the wildcard"},
+		{"a RRSIG A 13 3 60 20300101000000 20200101000000 12345 example.org. AAAA\n", "signed zone data is not supported"},
+		{"a NSEC b A\n", "signed zone data is not supported"},
+		{"www.example.net. A 192.0.2.1\n", "outside the zones"},
+		{"@ SOA ns2 h 2 2 3 4 5\n", "second SOA"},
+		{"a CNAME\n", "no rdata"},
+		{"$INCLUDE " + inc + "\n", "$INCLUDE"},
+	} {
+		if _, err := file.Parse(strings.NewReader(head+tc.data), "example.org.", filepath.Join(dir, "db"), 0); err != nil {
+			t.Errorf("%q: file no longer loads it (%v): README's row is obsolete", tc.data, err)
+		}
+		zf := filepath.Join(dir, "db")
+		if err := os.WriteFile(zf, []byte(head+tc.data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := loadErr("routingpolicy example.org {\n zonefile " + zf + "\n}"); err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%q: error %v, want %q", tc.data, err, tc.err)
+		}
 	}
 }
