@@ -240,7 +240,9 @@ alias 60 IN CNAME www.dn
 				return m != nil && m.Rcode == dns.RcodeYXDomain && len(m.Answer) == 1 && m.Answer[0].Header().Rrtype == dns.TypeDNAME
 			}},
 		{"a CNAME to a name below a DNAME owner that has data", "alias.example.org.",
-			func(m *dns.Msg) bool { return m != nil && len(m.Answer) == 2 && m.Answer[1].Header().Rrtype == dns.TypeA },
+			func(m *dns.Msg) bool {
+				return m != nil && len(m.Answer) == 2 && m.Answer[1].Header().Rrtype == dns.TypeA
+			},
 			func(m *dns.Msg) bool {
 				return m != nil && len(m.Answer) == 3 && m.Answer[1].Header().Rrtype == dns.TypeDNAME && m.Rcode == dns.RcodeNameError
 			}},
