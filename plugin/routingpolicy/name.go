@@ -58,7 +58,7 @@ func wireEscaped(name string) bool {
 // printable reports whether name is in the form unpacking gives without escaping anything: no
 // backslash, no octet outside printable ASCII, none of the characters unpacking escapes.
 func printable(name string) bool {
-	for i := 0; i < len(name); i++ {
+	for i := range len(name) {
 		switch c := name[i]; c {
 		case '\\', ' ', '\'', '@', ';', '(', ')', '"':
 			return false
