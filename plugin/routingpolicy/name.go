@@ -34,38 +34,48 @@ func wireEscaped(name string) bool {
 		if name[i] != '\\' {
 			continue
 		}
-		if i+3 < len(name) && isDigit(name[i+1]) && isDigit(name[i+2]) && isDigit(name[i+3]) {
-			v := int(name[i+1]-'0')*100 + int(name[i+2]-'0')*10 + int(name[i+3]-'0')
-			if (v >= ' ' && v <= '~') || v > 255 {
-				return false
-			}
-			i += 3
-			continue
-		}
-		if i+1 == len(name) {
+		c, n := escapeAt(name, i)
+		switch {
+		case n == 4 && (c >= ' ' && c <= '~' || c > 255):
+			return false
+		case n == 2 && !escapedInLabel(c):
+			return false
+		case n == 1:
 			return false
 		}
-		switch name[i+1] {
-		case '.', ' ', '\'', '@', ';', '(', ')', '"', '\\': // miekg/dns escapes these on unpack
-			i++
-		default:
-			return false
-		}
+		i += n - 1
 	}
 	return true
 }
 
+// escapeAt decodes the escape that starts at name[i], a backslash (RFC 1035 5.1): the octet
+// (\DDD may be out of range) and the length of the escape; n is 1 for a backslash that ends name.
+func escapeAt(name string, i int) (c, n int) {
+	switch {
+	case i+3 < len(name) && isDigit(name[i+1]) && isDigit(name[i+2]) && isDigit(name[i+3]):
+		return int(name[i+1]-'0')*100 + int(name[i+2]-'0')*10 + int(name[i+3]-'0'), 4
+	case i+1 < len(name):
+		return int(name[i+1]), 2
+	}
+	return -1, 1
+}
+
+// escapedInLabel reports whether unpacking a name escapes c as \c (miekg/dns
+// isDomainNameLabelSpecial).
+func escapedInLabel(c int) bool {
+	switch c {
+	case '.', ' ', '\'', '@', ';', '(', ')', '"', '\\':
+		return true
+	}
+	return false
+}
+
 // printable reports whether name is in the form unpacking gives without escaping anything: no
-// backslash, no octet outside printable ASCII, none of the characters unpacking escapes.
+// octet outside printable ASCII, none that unpacking escapes but the dots between labels.
 func printable(name string) bool {
 	for i := range len(name) {
-		switch c := name[i]; c {
-		case '\\', ' ', '\'', '@', ';', '(', ')', '"':
+		if c := name[i]; c < ' ' || c > '~' || c != '.' && escapedInLabel(int(c)) {
 			return false
-		default:
-			if c < ' ' || c > '~' {
-				return false
-			}
 		}
 	}
 	return true
@@ -121,16 +131,11 @@ func wireLen(name string) int {
 	}
 	n := len(name) + 1 // a length octet for each label, the root's, no dots
 	for i := 0; i < len(name); i++ {
-		if name[i] != '\\' {
-			continue
+		if name[i] == '\\' {
+			_, k := escapeAt(name, i)
+			n -= k - 1
+			i += k - 1
 		}
-		if i+3 < len(name) && isDigit(name[i+1]) && isDigit(name[i+2]) && isDigit(name[i+3]) {
-			n -= 3
-			i += 3
-			continue
-		}
-		n--
-		i++
 	}
 	return n
 }
