@@ -7,6 +7,7 @@ package routingpolicy
 import (
 	"context"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,13 +63,15 @@ func New(cfg *Config, d *data) *RoutingPolicy {
 // Name implements plugin.Handler.
 func (rp *RoutingPolicy) Name() string { return "routingpolicy" }
 
-// maxChase bounds in-zone CNAME chasing.
-const maxChase = 8
-
 // ServeDNS implements plugin.Handler.
 func (rp *RoutingPolicy) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 	state := request.Request{W: w, Req: r}
 	qname := state.Name()
+	if strings.IndexByte(qname, '\\') >= 0 && !wireEscaped(qname) {
+		// A name built in the server, not unpacked from the wire (`\097bc` for `abc`): the zone's
+		// names are in wire-unpacked form, as file's comparison of names would see them.
+		qname = canonicalName(qname)
+	}
 	d := rp.data.Load()
 	z := d.match(qname)
 	if z == nil {
@@ -83,7 +86,7 @@ func (rp *RoutingPolicy) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *
 	m := new(dns.Msg)
 	m.SetReply(r)
 	m.Authoritative = true
-	var used [maxChase]used
+	var used [maxUsed]used
 	res := z.lookup(m, qname, qtype, &src, rp.rnd, &used)
 
 	if res.rcode == dns.RcodeNameError && len(m.Answer) == 0 && rp.cfg.Fall.Through(qname) {

@@ -86,7 +86,7 @@ func parseBlock(c *caddy.Controller) (*Config, error) {
 		return nil, c.Errf("no zone given")
 	}
 	for i := range cfg.Zones {
-		cfg.Zones[i] = strings.ToLower(cfg.Zones[i])
+		cfg.Zones[i] = canonicalName(cfg.Zones[i])
 	}
 	origin := cfg.Zones[0]
 	seen := map[string]bool{}
