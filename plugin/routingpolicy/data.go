@@ -518,4 +518,3 @@ func packable(rr dns.RR) error {
 	}
 	return nil
 }
-
