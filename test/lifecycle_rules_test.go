@@ -3,6 +3,7 @@ package test
 import (
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -185,4 +186,56 @@ func TestReloadDeletesHealthcheckSeriesH6(t *testing.T) {
 		t.Errorf("target_state still has the removed VIP or backend: %v", got)
 	}
 	s.Stop()
+}
+
+// P-6 and H-2 (issue 11, item 5): a dry_run composite has no effect on consumers, readiness
+// included, also through healthcheck, which probes its backends: a backend only a dry run names
+// does not hold the ready plugin back. Here that backend's only prober cannot run (HC-3: an IPv6
+// source for an IPv4 target gives no result), so it never has a verdict.
+func TestDryRunDoesNotHoldReadyThroughHealthcheckP6(t *testing.T) {
+	coretest.CaptureLog(t)
+	ready := "127.0.0.1:" + coretest.FreePort(t)
+	s := coretest.Start(t, fmt.Sprintf(`dryready.test:0 {
+	bind 127.0.0.1
+	ready %s
+	healthcheck {
+		check p6-dry {
+			protocol tcp
+			port 9
+			interval 1s
+			timeout 500ms
+			prober us-east1 ::1
+		}
+	}
+	pschealth {
+		source p6-s {
+			backends 127.0.0.1
+			check p6-dry
+		}
+		composite p6-k {
+			sources p6-s
+			destination 10.79.9.9
+		}
+		dry_run
+	}
+	whoami
+}
+`, ready))
+	defer s.Stop()
+	url := "http://" + ready + "/ready"
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		code := 0
+		if resp, err := metricsClient.Get(url); err == nil {
+			resp.Body.Close()
+			code = resp.StatusCode
+		}
+		if code == http.StatusOK {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/ready %d after 5 s: only a dry_run composite names the undecided backend", code)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

@@ -68,7 +68,12 @@ func (p *PSCHealth) OnStartup() error {
 		r := &sourceRun{src: s}
 		for _, k := range s.Backends {
 			r.targets = append(r.targets, p.board.Acquire(k))
-			r.wants = append(r.wants, p.demand.Want(k))
+			// P-6: a dry run has no effect on consumers, readiness included.
+			want := p.demand.Want
+			if p.cfg.DryRun {
+				want = p.demand.WantUngated
+			}
+			r.wants = append(r.wants, want(k))
 			p.watched[k] = true
 		}
 		r.writer, _ = writers.Join(sourceKey{p.board, s.Name}, rewrite)
