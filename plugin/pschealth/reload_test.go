@@ -86,6 +86,55 @@ func TestNewestInstanceWritesH6(t *testing.T) {
 	})
 }
 
+// H-6 and P-6, the newest-writer rule when the newest instance is abandoned: the survivor writes
+// again every series it writes, the thresholds of its sources and whether its composites are
+// published included, not only the states: they do not keep the values of a Corefile that never
+// served.
+func TestAbandonedNewestRestoresTheSurvivorsGaugesH6(t *testing.T) {
+	coretest.CaptureLog(t)
+	b := health.NewBoard(time.Now)
+	newBackends(t, b)
+	consumer(t, b, "127.0.9.31")
+	old := New(policyConfig(t, 60, "127.0.9.31"), b)
+	if err := old.OnStartup(); err != nil {
+		t.Fatal(err)
+	}
+	defer old.OnShutdown()
+
+	// The failed reload's instance: a stricter policy, in dry run.
+	cf := `pschealth {
+	policy p min_healthy_percent 100 min_healthy 2
+	source web-a {
+		backends 127.0.1.1 127.0.1.2 127.0.1.3
+		check web
+		policy p
+	}
+	composite svc-a {
+		sources web-a
+		destination 127.0.9.31
+	}
+	dry_run
+}`
+	cfg, err := parse(caddy.NewTestController("dns", cf), testChecks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := New(cfg, b)
+	if err := next.OnStartup(); err != nil {
+		t.Fatal(err)
+	}
+	if pct := gauge(t, sourceMinHealthyPercent, "web-a"); pct != 100 {
+		t.Fatalf("min_healthy_percent %v while the new instance runs, want 100", pct)
+	}
+	if err := next.OnShutdown(); err != nil { // abandoned
+		t.Fatal(err)
+	}
+	eventually(t, "the survivor's thresholds and publication", func() bool {
+		return gauge(t, sourceMinHealthyPercent, "web-a") == 60 && gauge(t, sourceMinHealthy, "web-a") == 1 &&
+			gauge(t, compositePublished, "svc-a", "127.0.9.31") == 1
+	})
+}
+
 // H-6 (issue 11, item 6): a composite whose destination a reload changes loses the series under
 // the old destination; a composite the reload removes loses all of them.
 func TestCompositeSeriesFollowTheConfigurationH6(t *testing.T) {
