@@ -68,6 +68,9 @@ type vipState struct {
 	vip      *health.Target
 	writer   *lifecycle.Writer // this instance's turn to write the VIP (vipWriters)
 	backends []*health.Target
+	// rewrite is set when this instance becomes the newest writer again (a failed reload's
+	// instance left): its next derive writes what it computes even when that is Unknown.
+	rewrite atomic.Bool
 }
 
 // validate checks what setup could not: a load balancer may name a check of a server block
@@ -123,7 +126,10 @@ func (h *HealthCheck) OnStartup() error {
 	for _, lb := range h.cfg.lbs {
 		v := &vipState{lb: lb, vip: h.board.Acquire(health.Key{Addr: lb.VIP})}
 		h.board.Publish(v.vip)
-		v.writer, _ = vipWriters.Join(v.vip, h.rederive)
+		v.writer, _ = vipWriters.Join(v.vip, func() {
+			v.rewrite.Store(true)
+			h.rederive()
+		})
 		vipSeries.Hold("", lb.VIP.String())
 		checkSeries.Hold("") // state_transitions_total of the VIPs
 		for _, k := range lb.keys() {
@@ -178,11 +184,12 @@ func (h *HealthCheck) loop(run *running) {
 
 // derive sets the state of a VIP from its backends (HC-4), when this instance is the newest that
 // publishes it: during a reload the new configuration's backends decide. A VIP that had a verdict
-// keeps it while the backends without one could still change the outcome.
+// keeps it while the backends without one could still change the outcome, unless the verdict is
+// an abandoned newer instance's: then this instance's result stands, Unknown included (H-6).
 func (h *HealthCheck) derive(v *vipState) {
 	st, reason := v.lb.derive(v.backends)
 	v.writer.Write(func() {
-		if st != health.Unknown {
+		if rewrite := v.rewrite.Swap(false); st != health.Unknown || rewrite {
 			old := v.vip.Status()
 			if h.board.Set(v.vip, st, reason) {
 				transitions.WithLabelValues("", st.String()).Inc()
@@ -228,8 +235,8 @@ func (h *HealthCheck) OnShutdown() error {
 	return nil
 }
 
-// rederive asks the VIP loop to derive every VIP of h again: a newer instance that wrote them
-// has left (a failed reload).
+// rederive asks the VIP loop to derive every VIP of h again: a newer instance that wrote one of
+// them has left (a failed reload).
 func (h *HealthCheck) rederive() {
 	if run := h.cur.Load(); run != nil && run.kick != nil {
 		select {
