@@ -68,10 +68,10 @@ func TestFailedReloadReleasesWhatItStarted(t *testing.T) {
 	if err := s.Reload(next); err == nil {
 		t.Fatal("a Corefile whose port is taken was accepted")
 	}
-	if published(health.Key{Addr: netip.MustParseAddr("192.0.2.98")}) {
+	if _, published := coretest.OnBoard(health.Default, health.Key{Addr: netip.MustParseAddr("192.0.2.98")}); published {
 		t.Errorf("the failed reload's composite destination is still published")
 	}
-	if published(health.Key{Check: "web", Addr: netip.MustParseAddr("127.0.0.1")}) {
+	if _, published := coretest.OnBoard(health.Default, health.Key{Check: "web", Addr: netip.MustParseAddr("127.0.0.1")}); published {
 		t.Errorf("the failed reload's backend is still probed")
 	}
 	// H-6: the series of what the failed Corefile configured are gone with it.
@@ -88,3 +88,4 @@ func TestFailedReloadReleasesWhatItStarted(t *testing.T) {
 		t.Fatalf("the failed Corefile's record is served: %v %v", r, err)
 	}
 }
+

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
-	"github.com/coresteer/coresteer/plugin/pkg/health"
 )
 
 // probeTargets are real HTTP servers on loopback addresses, one port for all, that count the
@@ -139,12 +138,16 @@ func (pt *probeTargets) waitProbe(t *testing.T, k probeKey, since time.Time, wit
 	}
 }
 
-// published reports whether something publishes k on the process board: a probe of healthcheck,
-// a load balancer, a composite. It holds k only while it looks.
-func published(k health.Key) bool {
-	t := health.Default.Acquire(k)
-	defer health.Default.Release(t)
-	return t.Checked()
+// busyListener holds a fresh TCP port of 127.0.0.1, which a server block of a reload then cannot
+// bind, until the returned function is called.
+func busyListener(t *testing.T) (release func(), port string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ = net.SplitHostPort(ln.Addr().String())
+	return func() { ln.Close() }, port
 }
 
 // seriesOf returns the sorted distinct values of label over the series of metric name: scraped

@@ -112,6 +112,9 @@ func (h *HealthCheck) OnStartup() error {
 	for _, ch := range h.cfg.checks {
 		cr := newCheckRun(ch)
 		checkSeries.Hold(ch.Name)
+		for _, reg := range ch.Regions {
+			regionSeries.Hold(ch.Name, reg.Name)
+		}
 		// H-6: the one way a probe starts and stops. H-3: the Demand counts the consumers of one
 		// instance, the registry the instances.
 		run.serving = append(run.serving, h.demand.Serve(ch.Name, func(k health.Key) func() {
@@ -230,6 +233,9 @@ func (h *HealthCheck) OnShutdown() error {
 	}
 	for _, ch := range h.cfg.checks {
 		checkSeries.Release(ch.Name)
+		for _, reg := range ch.Regions {
+			regionSeries.Release(ch.Name, reg.Name)
+		}
 	}
 	h.reg.stop()
 	return nil
