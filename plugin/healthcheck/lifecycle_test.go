@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/coredns/caddy"
+	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 	"github.com/coresteer/coresteer/plugin/pkg/health"
 )
 
@@ -30,7 +31,7 @@ func TestAbandonedNewestGivesTheVIPBackH6(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.OnShutdown()
-	if st, _ := onBoard(b, vip); st.State != health.Unknown {
+	if st, _ := coretest.OnBoard(b, vip); st.State != health.Unknown {
 		t.Fatalf("survivor's VIP %v before the reload, want unknown (no backend verdict yet)", st.State)
 	}
 
@@ -59,14 +60,14 @@ func TestAbandonedNewestGivesTheVIPBackH6(t *testing.T) {
 	if err := next.OnStartup(); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := onBoard(b, vip); st.State != health.Unhealthy {
+	if st, _ := coretest.OnBoard(b, vip); st.State != health.Unhealthy {
 		t.Fatalf("new instance's VIP %v, want unhealthy", st.State)
 	}
 	next.OnShutdown() // the reload fails: lifecycle abandons the new instance
 
 	// The survivor writes again (Writers.Leave asks it); its backend still has no verdict.
 	waitFor(t, "the survivor's VIP back to what the survivor computes (unknown, served)", func() bool {
-		st, _ := onBoard(b, vip)
+		st, _ := coretest.OnBoard(b, vip)
 		return st.State == health.Unknown
 	})
 }
