@@ -129,7 +129,7 @@ func (h *HealthCheck) OnStartup() error {
 	for _, lb := range h.cfg.lbs {
 		v := &vipState{lb: lb, vip: h.board.Acquire(health.Key{Addr: lb.VIP})}
 		h.board.Publish(v.vip)
-		v.writer, _ = vipWriters.Join(v.vip, func() {
+		v.writer = vipWriters.Join(v.vip, h.gen, func() {
 			v.rewrite.Store(true)
 			h.rederive()
 		})

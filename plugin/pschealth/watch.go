@@ -81,7 +81,7 @@ func (p *PSCHealth) OnStartup() error {
 			r.wants = append(r.wants, want(k))
 			p.watched[k] = true
 		}
-		r.writer, _ = writers.Join(sourceKey{p.board, s.Name}, rewrite)
+		r.writer = writers.Join(sourceKey{p.board, s.Name}, p.gen, rewrite)
 		sourceSeries.Hold(s.Name)
 		r.state = newStateGauges(sourceState, s.Name)
 		r.backends = newStateGauges(sourceBackends, s.Name)
@@ -112,7 +112,7 @@ func (p *PSCHealth) OnStartup() error {
 		} else {
 			r.target, r.board = p.memory.Acquire(comp.Key()), p.memory
 		}
-		r.writer, _ = writers.Join(r.real, rewrite)
+		r.writer = writers.Join(r.real, p.gen, rewrite)
 		compositeSeries.Hold(comp.Name, dest)
 		compositeNames.Hold(comp.Name)
 		r.state = newStateGauges(compositeState, comp.Name, dest)

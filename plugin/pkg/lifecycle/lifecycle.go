@@ -15,12 +15,14 @@ package lifecycle
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/coredns/caddy"
 )
 
 // instance is the hooks of one Corefile instance whose startup ran.
 type instance struct {
+	gen      uint64 // Generation
 	mu       sync.Mutex
 	started  []func() error // stops of the hooks whose start succeeded, in start order
 	children []*instance    // instances started by a reload of this one
@@ -28,6 +30,13 @@ type instance struct {
 }
 
 type instanceKey struct{}
+
+// generations numbers the instances in the order they are set up.
+var generations atomic.Uint64
+
+// Generation returns the generation of the Corefile instance c sets up: a reload's instance has a
+// higher one than the instance it replaces (Writers).
+func Generation(c *caddy.Controller) uint64 { return instanceOf(c).gen }
 
 // restarting is the instance being reloaded, so the new one can find its parent.
 var restarting struct {
@@ -76,7 +85,7 @@ func instanceOf(c *caddy.Controller) *instance {
 	if in, ok := c.Get(instanceKey{}).(*instance); ok {
 		return in
 	}
-	in := &instance{}
+	in := &instance{gen: generations.Add(1)}
 	c.Set(instanceKey{}, in)
 	restarting.Lock()
 	if p := restarting.parent; p != nil {
