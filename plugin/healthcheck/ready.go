@@ -1,6 +1,10 @@
 package healthcheck
 
-import "github.com/coresteer/coresteer/plugin/pkg/health"
+import (
+	"slices"
+
+	"github.com/coresteer/coresteer/plugin/pkg/health"
+)
 
 // Ready implements the ready.Readiness interface: the block is ready when every target it probes
 // for a consumer that answers from it and every VIP it publishes has had a first verdict (H-2),
@@ -26,10 +30,8 @@ func (h *HealthCheck) Ready() bool {
 		}
 	}
 	run.mu.Unlock()
-	for _, k := range undecided {
-		if h.demand.Gates(k) {
-			return false
-		}
+	if slices.ContainsFunc(undecided, h.demand.Gates) {
+		return false
 	}
 	for _, v := range run.vips {
 		if !v.vip.Decided() {

@@ -15,7 +15,7 @@ func OnBoard(b *health.Board, k health.Key) (health.Status, bool) {
 }
 
 // marks numbers the keys Held acquires to read a board's clock: keys no consumer can name (their
-// address is invalid), one per call, so two calls at once do not share one.
+// address is invalid), one per call, so two calls at once do not share one (the port wraps).
 var marks atomic.Uint32
 
 // Held reports whether something held k on b before this call: a board reference that was not
@@ -24,7 +24,7 @@ var marks atomic.Uint32
 // mark, a k somebody held has not changed since an earlier time (nothing writes a target its
 // writers gave back). b's clock must move forward between two calls (time.Now, or a counter).
 func Held(b *health.Board, k health.Key) bool {
-	mark := b.Acquire(health.Key{Check: "coretest.Held", Port: uint16(marks.Add(1))})
+	mark := b.Acquire(health.Key{Check: "coretest.Held", Port: uint16(marks.Add(1) & 0xffff)})
 	defer b.Release(mark)
 	st, _ := OnBoard(b, k)
 	return st.Since.Before(mark.Status().Since)
