@@ -195,6 +195,55 @@ func parseSeries(t *testing.T, body, name string) []map[string]string {
 	return out
 }
 
+// metricSample is one series of a text exposition: its labels and value.
+type metricSample struct {
+	labels map[string]string
+	value  float64
+}
+
+// parseMetrics reads a text exposition once: the series of every metric, by name (histograms by
+// their _bucket, _sum and _count names).
+func parseMetrics(t *testing.T, body string) map[string][]metricSample {
+	t.Helper()
+	out := map[string][]metricSample{}
+	sc := bufio.NewScanner(strings.NewReader(body))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		end := strings.IndexAny(line, "{ ")
+		if end < 0 {
+			continue
+		}
+		name, rest := line[:end], line[end:]
+		s := metricSample{labels: map[string]string{}}
+		if strings.HasPrefix(rest, "{") {
+			rb := strings.LastIndex(rest, "}")
+			for _, m := range labelRE.FindAllStringSubmatch(rest[1:rb], -1) {
+				v, err := strconv.Unquote(`"` + m[2] + `"`)
+				if err != nil {
+					t.Fatalf("label %s in %q: %v", m[1], line, err)
+				}
+				s.labels[m[1]] = v
+			}
+			rest = rest[rb+1:]
+		}
+		fields := strings.Fields(rest)
+		if len(fields) == 0 {
+			t.Fatalf("no value in %q", line)
+		}
+		v, err := strconv.ParseFloat(fields[0], 64)
+		if err != nil {
+			t.Fatalf("value of %q: %v", line, err)
+		}
+		s.value = v
+		out[name] = append(out[name], s)
+	}
+	return out
+}
+
 // labelValues returns the sorted distinct values of label in series.
 func labelValues(series []map[string]string, label string) []string {
 	var out []string
