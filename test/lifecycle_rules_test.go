@@ -2,7 +2,6 @@ package test
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -118,12 +117,8 @@ func TestFailedReloadKeepsFileReloadsH6(t *testing.T) {
 	s := coretest.Start(t, cf)
 	pt.waitProbe(t, probeKey{check, "127.0.79.3", src}, time.Now(), 10*time.Second)
 
-	busy, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer busy.Close()
-	_, port, _ := net.SplitHostPort(busy.Addr().String())
+	busy, port := busyListener(t)
+	defer busy()
 	if err := s.Reload(fileCorefile(check, pt.port, src, file, metrics, "busy.test:"+port+" {\n\tbind 127.0.0.1\n\twhoami\n}\n")); err == nil {
 		t.Fatal("a reload onto a busy port succeeded")
 	}
