@@ -126,24 +126,14 @@ func (h *HealthCheck) OnStartup() error {
 			}
 		}))
 	}
-	for _, lb := range h.cfg.lbs {
-		v := &vipState{lb: lb, vip: h.board.Acquire(health.Key{Addr: lb.VIP})}
-		h.board.Publish(v.vip)
-		v.writer = vipWriters.Join(v.vip, h.gen, func() {
-			v.rewrite.Store(true)
-			h.rederive()
-		})
-		vipSeries.Hold("", lb.VIP.String())
-		checkSeries.Hold("") // state_transitions_total of the VIPs
-		for _, k := range lb.keys() {
-			v.backends = append(v.backends, h.board.Acquire(k))
-			run.backends[k] = true
-			run.wants = append(run.wants, h.demand.Want(k))
+	if len(h.cfg.lbs) > 0 {
+		// Subscribe before the first derive, so a backend verdict that lands in between wakes
+		// the loop instead of being lost (the VIP would wait for the next change).
+		for _, lb := range h.cfg.lbs {
+			for _, k := range lb.keys() {
+				run.backends[k] = true
+			}
 		}
-		run.vips = append(run.vips, v)
-		h.derive(v)
-	}
-	if len(run.vips) > 0 {
 		run.kick = make(chan struct{}, 1)
 		run.quit = make(chan struct{})
 		run.done = make(chan struct{})
@@ -155,6 +145,24 @@ func (h *HealthCheck) OnStartup() error {
 				}
 			}
 		})
+	}
+	for _, lb := range h.cfg.lbs {
+		v := &vipState{lb: lb, vip: h.board.Acquire(health.Key{Addr: lb.VIP})}
+		h.board.Publish(v.vip)
+		v.writer = vipWriters.Join(v.vip, h.gen, func() {
+			v.rewrite.Store(true)
+			h.rederive()
+		})
+		vipSeries.Hold("", lb.VIP.String())
+		checkSeries.Hold("") // state_transitions_total of the VIPs
+		for _, k := range lb.keys() {
+			v.backends = append(v.backends, h.board.Acquire(k))
+			run.wants = append(run.wants, h.demand.Want(k))
+		}
+		run.vips = append(run.vips, v)
+		h.derive(v)
+	}
+	if len(run.vips) > 0 {
 		go h.loop(run)
 	}
 	return nil
