@@ -170,27 +170,10 @@ func scrape(t *testing.T, url, name string) []map[string]string {
 // parseSeries returns the label sets of the series of metric name in body, a text exposition.
 func parseSeries(t *testing.T, body, name string) []map[string]string {
 	t.Helper()
-	var out []map[string]string
-	sc := bufio.NewScanner(strings.NewReader(body))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		rest, ok := strings.CutPrefix(line, name)
-		if !ok || (rest != "" && rest[0] != '{' && rest[0] != ' ') {
-			continue // a comment, another metric, or one whose name starts with name
-		}
-		l := map[string]string{}
-		if strings.HasPrefix(rest, "{") {
-			end := strings.LastIndex(rest, "}")
-			for _, m := range labelRE.FindAllStringSubmatch(rest[1:end], -1) {
-				v, err := strconv.Unquote(`"` + m[2] + `"`)
-				if err != nil {
-					t.Fatalf("label %s in %q: %v", m[1], line, err)
-				}
-				l[m[1]] = v
-			}
-		}
-		out = append(out, l)
+	samples := parseMetrics(t, body)[name]
+	out := make([]map[string]string, 0, len(samples))
+	for _, s := range samples {
+		out = append(out, s.labels)
 	}
 	return out
 }
@@ -286,32 +269,15 @@ func fetchMetrics(t *testing.T, url string) string {
 // counterValue returns the value of the series of metric name whose labels include want, or 0.
 func counterValue(t *testing.T, url, name string, want map[string]string) float64 {
 	t.Helper()
-	body := fetchMetrics(t, url)
-	sc := bufio.NewScanner(strings.NewReader(body))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		rest, ok := strings.CutPrefix(line, name+"{")
-		if !ok {
-			continue
-		}
-		end := strings.LastIndex(rest, "}")
-		l := map[string]string{}
-		for _, m := range labelRE.FindAllStringSubmatch(rest[:end], -1) {
-			l[m[1]] = m[2]
-		}
+	for _, s := range parseMetrics(t, fetchMetrics(t, url))[name] {
 		match := true
 		for k, v := range want {
-			if l[k] != v {
+			if s.labels[k] != v {
 				match = false
 			}
 		}
 		if match {
-			v, err := strconv.ParseFloat(strings.TrimSpace(rest[end+1:]), 64)
-			if err != nil {
-				t.Fatalf("value of %q: %v", line, err)
-			}
-			return v
+			return s.value
 		}
 	}
 	return 0

@@ -570,14 +570,7 @@ func (c seqCheck) computedWrong() string {
 		var t pschealth.Tally
 		for _, a := range backends {
 			st, _ := coretest.OnBoard(health.Default, health.Key{Check: check, Addr: netip.MustParseAddr(a)})
-			switch st.State {
-			case health.Healthy:
-				t.Healthy++
-			case health.Unhealthy:
-				t.Unhealthy++
-			default:
-				t.Unknown++
-			}
+			t.Add(st.State)
 		}
 		return t
 	}

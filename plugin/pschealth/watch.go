@@ -203,14 +203,7 @@ func (p *PSCHealth) evaluate() {
 	for _, r := range p.srcs {
 		var t Tally
 		for _, bt := range r.targets {
-			switch bt.State() {
-			case health.Healthy:
-				t.Healthy++
-			case health.Unhealthy:
-				t.Unhealthy++
-			default:
-				t.Unknown++
-			}
+			t.Add(bt.State())
 		}
 		r.verdict = verdict{src: r.src, tally: t, state: r.src.Policy.Evaluate(t)}
 		// Every series of the source, its thresholds too: a writer that becomes the newest again
