@@ -29,6 +29,7 @@ type RoutingPolicy struct {
 	data   atomic.Pointer[data]
 	board  *health.Board
 	demand *health.Demand // the Corefile instance's: checks defined, probes wanted
+	gen    uint64         // the instance's lifecycle.Generation: the newest writes the shares
 	// rnd returns uniform 64-bit values. The default is math/rand/v2's runtime source, which has
 	// per-thread state and no lock; tests set a seeded one.
 	rnd func() uint64
@@ -168,7 +169,7 @@ func (rp *RoutingPolicy) OnStartup(conf *dnsserver.Config) error {
 			log.Warningf("cache is in the server block of %v: it does not key on the client's region, so one region's answer is served to every region until it expires", rp.cfg.Zones)
 		}
 	}
-	rp.held = d.declare(rp.demand)
+	rp.held = d.declare(rp.demand, rp.gen)
 	zoneSeries.Hold(rp.cfg.Zones[0])
 	rp.started = true
 	if rp.cfg.Reload > 0 && (rp.cfg.ZoneFile != "" || rp.cfg.RecordSets != "") {
@@ -250,7 +251,7 @@ func (rp *RoutingPolicy) reloadIfChanged(now time.Time) bool {
 				return refuse("refused", err)
 			}
 		}
-		held := d.declare(rp.demand)
+		held := d.declare(rp.demand, rp.gen)
 		old := rp.data.Swap(d)
 		rp.held.withdraw()
 		old.release(rp.board)

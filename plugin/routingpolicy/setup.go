@@ -56,6 +56,7 @@ func setup(c *caddy.Controller) error {
 		}
 		rp := New(cfg, d)
 		rp.demand = demand
+		rp.gen = lifecycle.Generation(c)
 		conf := dnsserver.GetConfig(c)
 		lifecycle.Hook(c, func() error { return rp.OnStartup(conf) }, rp.OnShutdown)
 		conf.AddPlugin(func(next plugin.Handler) plugin.Handler {
