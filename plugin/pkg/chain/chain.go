@@ -24,6 +24,9 @@ var placements = []struct {
 	{name: "routingpolicy", before: "file"},
 	// After cache, so forwarded answers can be cached.
 	{name: "outbound", before: "forward"},
+	// Setup-only (it decorates the UDP writer, it answers nothing): right after shed, the other
+	// plugin that decorates it, so its setup runs first and udpbatch can refuse to be combined.
+	{name: "udpbatch", after: "shed"},
 }
 
 // Names returns our directives in the order they set up.

@@ -1,0 +1,160 @@
+package udpbatch
+
+import (
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
+
+	"github.com/miekg/dns"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// client is an unconnected UDP socket, so it receives an answer from whatever address the server
+// sends it and the test can check which one that was.
+type client struct {
+	tb   testing.TB
+	conn *net.UDPConn
+}
+
+func newClient(tb testing.TB, from string) *client {
+	tb.Helper()
+	c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(from), 0)))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.Close() })
+	return &client{tb: tb, conn: c}
+}
+
+func (c *client) send(to netip.AddrPort, q []byte) {
+	c.tb.Helper()
+	if _, err := c.conn.WriteToUDPAddrPort(q, to); err != nil {
+		c.tb.Fatal(err)
+	}
+}
+
+// receive returns the next answer and the address it came from.
+func (c *client) receive() ([]byte, netip.AddrPort) {
+	c.tb.Helper()
+	b := make([]byte, 65535)
+	c.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	n, from, err := c.conn.ReadFromUDPAddrPort(b)
+	if err != nil {
+		c.tb.Fatalf("no answer on %s: %v", c.conn.LocalAddr(), err)
+	}
+	return b[:n], netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
+}
+
+func (c *client) exchange(to netip.AddrPort, q []byte) ([]byte, netip.AddrPort) {
+	c.tb.Helper()
+	c.send(to, q)
+	return c.receive()
+}
+
+// query packs a question with id.
+func query(tb testing.TB, id uint16, name string, qtype uint16, edns bool) []byte {
+	tb.Helper()
+	m := new(dns.Msg)
+	m.SetQuestion(name, qtype)
+	m.Id = id
+	if edns {
+		m.SetEdns0(4096, true)
+	}
+	b, err := m.Pack()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
+
+// hold marks s busy as an answer being written would, so what comes next is queued; the returned
+// function ends that write and lets the sender send what was queued.
+func hold(s *socket) func() {
+	s.mu.Lock()
+	s.busy = true
+	s.mu.Unlock()
+	return s.release
+}
+
+// waitQueued polls until n answers wait in s's queue.
+func waitQueued(tb testing.TB, s *socket, n int) {
+	tb.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s.mu.Lock()
+		got := len(s.pending)
+		s.mu.Unlock()
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("%d answers queued, want %d", got, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// sockets returns the sockets the udpbatch directives of inst decorate, polling until there are n
+// (dnsserver asks for the decorator when a socket starts serving, after caddy.Start returned).
+func sockets(tb testing.TB, inst *caddy.Instance, n int) []*socket {
+	tb.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		inst.StorageMu.RLock()
+		list, _ := inst.Storage[instanceKey{}].([]*UDPBatch)
+		inst.StorageMu.RUnlock()
+		var out []*socket
+		for _, u := range list {
+			u.mu.Lock()
+			out = append(out, u.sockets...)
+			u.mu.Unlock()
+		}
+		if len(out) >= n {
+			return out
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("%d udpbatch sockets, want %d", len(out), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// histogram returns the number of observations of s's batch sizes and their sum.
+func histogram(tb testing.TB, s *socket) (count uint64, sum float64) {
+	tb.Helper()
+	var m dto.Metric
+	if err := batchSize.WithLabelValues(s.server).(interface{ Write(*dto.Metric) error }).Write(&m); err != nil {
+		tb.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
+}
+
+func counter(tb testing.TB, server, path string) float64 {
+	tb.Helper()
+	var m dto.Metric
+	if err := writesTotal.WithLabelValues(server, path).Write(&m); err != nil {
+		tb.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
+
+// miekgServer serves handler on pc with udpbatch's writer decorator, as dnsserver does, and
+// returns the socket state.
+func miekgServer(tb testing.TB, pc net.PacketConn, name string, max int, handler dns.HandlerFunc) (*UDPBatch, *socket) {
+	tb.Helper()
+	u := &UDPBatch{Max: max}
+	started := make(chan struct{})
+	srv := &dns.Server{PacketConn: pc, Handler: handler, NotifyStartedFunc: func() { close(started) },
+		DecorateWriter: u.decorator(&dnsserver.Server{Addr: name})}
+	go srv.ActivateAndServe()
+	<-started
+	tb.Cleanup(func() {
+		srv.Shutdown()
+		u.OnShutdown()
+	})
+	return u, u.sockets[0]
+}

@@ -1,0 +1,315 @@
+package udpbatch
+
+import (
+	"errors"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/net/ipv4"
+)
+
+// Answers waiting for the sender, per socket, beyond which a handler writes its own answer as
+// miekg/dns does: memory stays bounded and an overloaded socket degrades to stock behaviour.
+const queueLimit = 1024
+
+// An answer kept under this many bytes keeps its slot's buffer for the next one; a larger one
+// (rare over UDP) gets its own, freed once sent.
+const keepBuffer = 2048
+
+// Distinct received control messages (one per local address a wildcard listener is asked on)
+// whose reply control message is remembered.
+const oobCacheSize = 64
+
+// socket batches the answers of one UDP listener socket. Whoever finds it idle writes its own
+// answer at once, in its own goroutine, exactly as miekg/dns would: no timer, no hand-off, no
+// added latency. Answers that arrive while that write is on the wire are queued; the writer then
+// starts a sender that drains the queue, whatever is in it, max answers per sendmmsg, until it
+// is empty. So batches form only under load, and grow with it.
+type socket struct {
+	server string
+	max    int
+	m      socketMetrics
+
+	mu      sync.Mutex
+	idle    sync.Cond // signalled when busy turns false on a closed socket
+	busy    bool      // an answer is being written, or a sender runs
+	off     bool      // write directly: the instance shut down, or the sender failed
+	pending []entry   // answers waiting for the sender
+	spare   []entry   // the sender's previous batch: its buffers are reused
+	src     *net.UDPConn
+	oobs    map[string][]byte // received control message -> reply control message
+	senders sync.WaitGroup
+
+	// Owned by the sender (whoever holds busy).
+	out  *net.UDPConn // our duplicate of src: queued answers still go out after miekg/dns closed src
+	pc   *ipv4.PacketConn
+	msgs []ipv4.Message
+	errs errorLog
+}
+
+var errNoProgress = errors.New("sendmmsg sent nothing")
+
+type entry struct {
+	buf  []byte
+	addr net.Addr
+	oob  []byte
+	w    dns.Writer // miekg/dns's writer, if the duplicate socket cannot be had
+}
+
+type socketMetrics struct {
+	direct, queued, overflow, errors prometheus.Counter
+	sizes                            prometheus.Observer
+}
+
+func newSocket(server string, max int) *socket {
+	s := &socket{
+		server:  server,
+		max:     max,
+		pending: make([]entry, 0, queueLimit),
+		spare:   make([]entry, 0, queueLimit),
+		oobs:    make(map[string][]byte),
+		msgs:    make([]ipv4.Message, max),
+		m: socketMetrics{
+			direct:   writesTotal.WithLabelValues(server, "direct"),
+			queued:   writesTotal.WithLabelValues(server, "queued"),
+			overflow: writesTotal.WithLabelValues(server, "overflow"),
+			errors:   writeErrorsTotal.WithLabelValues(server),
+			sizes:    batchSize.WithLabelValues(server),
+		},
+	}
+	s.idle.L = &s.mu
+	for i := range s.msgs {
+		s.msgs[i].Buffers = make([][]byte, 1)
+	}
+	return s
+}
+
+// write sends the packed answer b that miekg/dns's writer w would write.
+func (s *socket) write(w dns.Writer, b []byte) (int, error) {
+	conn, raddr, oob, ok := session(w)
+	s.mu.Lock()
+	switch {
+	case !ok || s.off || (s.src != nil && conn != s.src):
+		s.mu.Unlock()
+		return w.Write(b)
+	case !s.busy:
+		// Idle: write now, here. A failure is returned as miekg/dns returns it.
+		s.busy = true
+		s.mu.Unlock()
+		defer s.release()
+		s.m.direct.Inc()
+		return w.Write(b)
+	case len(s.pending) == cap(s.pending):
+		s.mu.Unlock()
+		s.m.overflow.Inc()
+		return w.Write(b)
+	}
+	s.src = conn
+	n := len(s.pending)
+	s.pending = s.pending[:n+1]
+	e := &s.pending[n]
+	if cap(e.buf) >= len(b) {
+		e.buf = append(e.buf[:0], b...)
+	} else {
+		e.buf = append([]byte(nil), b...)
+	}
+	e.addr, e.oob, e.w = raddr, s.replyOOB(oob), w
+	s.mu.Unlock()
+	s.m.queued.Inc()
+	return len(b), nil
+}
+
+// replyOOB returns replyOOB(oob), remembered per socket: a listener is asked on few addresses.
+// Called with mu held.
+func (s *socket) replyOOB(oob []byte) []byte {
+	if r, ok := s.oobs[string(oob)]; ok {
+		return r
+	}
+	r := replyOOB(oob)
+	if len(s.oobs) < oobCacheSize {
+		s.oobs[string(oob)] = r
+	}
+	return r
+}
+
+// release ends a direct write: if answers were queued meanwhile, a sender takes over.
+func (s *socket) release() {
+	s.mu.Lock()
+	switch {
+	case len(s.pending) == 0:
+		s.setIdle()
+		s.mu.Unlock()
+	case s.off:
+		// Shutting down: nobody starts a goroutine now; drain here.
+		s.mu.Unlock()
+		s.drain()
+	default:
+		s.senders.Add(1)
+		s.mu.Unlock()
+		go s.sender()
+	}
+}
+
+// setIdle clears busy. Called with mu held.
+func (s *socket) setIdle() {
+	s.busy = false
+	if s.off {
+		s.idle.Broadcast()
+	}
+}
+
+func (s *socket) sender() {
+	defer s.senders.Done()
+	defer func() {
+		// A sender that panics must not take the server down: answers are written directly from
+		// now on, and what was queued is counted as lost.
+		if r := recover(); r != nil {
+			log.Errorf("Recovered panic in the UDP sender of %s, answers are written one by one from now on: %v", s.server, r)
+			s.mu.Lock()
+			lost := len(s.pending)
+			s.pending = s.pending[:0]
+			s.off = true
+			s.setIdle()
+			s.mu.Unlock()
+			s.m.errors.Add(float64(lost))
+		}
+	}()
+	s.drain()
+}
+
+// drain sends what is queued until the queue is empty, then clears busy.
+func (s *socket) drain() {
+	for {
+		s.mu.Lock()
+		if len(s.pending) == 0 {
+			s.setIdle()
+			s.mu.Unlock()
+			return
+		}
+		batch := s.pending
+		s.pending = s.spare[:0]
+		s.mu.Unlock()
+
+		for rest := batch; len(rest) > 0; {
+			n := min(len(rest), s.max)
+			s.send(rest[:n])
+			rest = rest[n:]
+		}
+		s.spare = recycle(batch)
+	}
+}
+
+// recycle drops the references a sent batch holds and returns its backing array for reuse.
+func recycle(sent []entry) []entry {
+	for i := range sent {
+		e := &sent[i]
+		e.addr, e.oob, e.w = nil, nil, nil
+		if cap(e.buf) > keepBuffer {
+			e.buf = nil
+		}
+	}
+	return sent[:0]
+}
+
+// send writes up to max answers with sendmmsg.
+func (s *socket) send(batch []entry) {
+	if s.pc == nil && !s.open() {
+		for _, e := range batch {
+			if _, err := e.w.Write(e.buf); err != nil {
+				s.failed(err)
+			}
+		}
+		return
+	}
+	ms := s.msgs[:len(batch)]
+	for i, e := range batch {
+		ms[i].Buffers[0], ms[i].OOB, ms[i].Addr = e.buf, e.oob, e.addr
+	}
+	for len(ms) > 0 {
+		n, err := s.pc.WriteBatch(ms, 0)
+		if err == nil && n <= 0 {
+			err = errNoProgress
+		}
+		if err != nil {
+			// sendmmsg fails only when its first message cannot be sent: that answer is lost,
+			// the rest are tried again.
+			s.failed(err)
+			n = 1
+		} else {
+			s.m.sizes.Observe(float64(n))
+		}
+		ms = ms[n:]
+	}
+	for i := range batch {
+		s.msgs[i].Buffers[0], s.msgs[i].OOB, s.msgs[i].Addr = nil, nil, nil
+	}
+}
+
+// open duplicates miekg/dns's socket for the sender. The duplicate is the same socket (same bound
+// address and port, same options), but miekg/dns closing its descriptor when the server stops,
+// right after the last handler returned, does not close ours: queued answers still go out,
+// also on a reload that hands the socket to the next instance.
+func (s *socket) open() bool {
+	s.mu.Lock()
+	src := s.src
+	s.mu.Unlock()
+	f, err := src.File()
+	if err == nil {
+		var c net.PacketConn
+		c, err = net.FilePacketConn(f)
+		f.Close()
+		if err == nil {
+			s.out = c.(*net.UDPConn)
+			s.pc = ipv4.NewPacketConn(s.out)
+			return true
+		}
+	}
+	s.errs.log(s.server, err)
+	return false
+}
+
+// failed counts and logs an answer the sender could not send.
+func (s *socket) failed(err error) {
+	s.m.errors.Inc()
+	s.errs.log(s.server, err)
+}
+
+// close stops batching: later answers are written directly, what is queued is sent, and the
+// duplicate socket is closed once the sender is done.
+func (s *socket) close() {
+	s.mu.Lock()
+	s.off = true
+	for s.busy {
+		s.idle.Wait()
+	}
+	out := s.out
+	s.out, s.pc = nil, nil
+	s.mu.Unlock()
+	s.senders.Wait()
+	if out != nil {
+		out.Close()
+	}
+}
+
+// errorLog logs send failures at most once a second per socket, with how many there were.
+type errorLog struct {
+	last    time.Time
+	skipped int
+}
+
+func (l *errorLog) log(server string, err error) {
+	now := time.Now()
+	if now.Sub(l.last) < time.Second {
+		l.skipped++
+		return
+	}
+	if l.skipped > 0 {
+		log.Warningf("Failed to send a queued answer on %s (and %d more since the last message): %v", server, l.skipped, err)
+	} else {
+		log.Warningf("Failed to send a queued answer on %s: %v", server, err)
+	}
+	l.last, l.skipped = now, 0
+}
