@@ -43,7 +43,7 @@ func TestBatchSourceAddressWildcard(t *testing.T) {
 
 			// Every client asks a different address of the same socket while an answer is on
 			// the wire: all answers are queued and leave in one batch.
-			release := hold(s)
+			release := hold(t, s)
 			clients := make([]*client, len(tc.asked))
 			for i, a := range tc.asked {
 				from := "127.0.0.1"
@@ -67,6 +67,7 @@ func TestBatchSourceAddressWildcard(t *testing.T) {
 				}
 			}
 			// One sendmmsg carried them all.
+			waitIdle(t, s)
 			if n, sum := histogram(t, s); n-n0 != 1 || int(sum-sum0) != len(tc.asked) {
 				t.Errorf("%d batches of %v answers, want 1 of %d", n-n0, sum-sum0, len(tc.asked))
 			}
@@ -82,7 +83,7 @@ func TestBatchMax(t *testing.T) {
 	}
 	_, s := miekgServer(t, pc, "max", 3, answerA)
 	to := pc.LocalAddr().(*net.UDPAddr).AddrPort()
-	release := hold(s)
+	release := hold(t, s)
 	c := newClient(t, "127.0.0.1")
 	for i := range 7 {
 		c.send(to, query(t, uint16(i), "a.example.", dns.TypeA, false))
@@ -93,6 +94,7 @@ func TestBatchMax(t *testing.T) {
 	for range 7 {
 		c.receive()
 	}
+	waitIdle(t, s)
 	if n, sum := histogram(t, s); n-n0 != 3 || sum-sum0 != 7 {
 		t.Errorf("%d sendmmsg for %v answers, want 3 (3+3+1) for 7", n-n0, sum-sum0)
 	}
@@ -143,7 +145,7 @@ func TestBatchCopiesAnswer(t *testing.T) {
 		u.OnShutdown()
 	})
 	s := u.sockets[0]
-	release := hold(s)
+	release := hold(t, s)
 	c := newClient(t, "127.0.0.1")
 	c.send(pc.LocalAddr().(*net.UDPAddr).AddrPort(), query(t, 7, "t.example.", dns.TypeTXT, false))
 	waitQueued(t, s, 1)

@@ -1,8 +1,10 @@
 package udpbatch
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
+	"sync"
 	"testing"
 	"time"
 
@@ -40,13 +42,22 @@ func (c *client) send(to netip.AddrPort, q []byte) {
 // receive returns the next answer and the address it came from.
 func (c *client) receive() ([]byte, netip.AddrPort) {
 	c.tb.Helper()
+	b, from, err := c.read()
+	if err != nil {
+		c.tb.Fatal(err)
+	}
+	return b, from
+}
+
+// read is receive for goroutines other than the test's.
+func (c *client) read() ([]byte, netip.AddrPort, error) {
 	b := make([]byte, 65535)
 	c.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 	n, from, err := c.conn.ReadFromUDPAddrPort(b)
 	if err != nil {
-		c.tb.Fatalf("no answer on %s: %v", c.conn.LocalAddr(), err)
+		return nil, netip.AddrPort{}, fmt.Errorf("no answer on %s: %w", c.conn.LocalAddr(), err)
 	}
-	return b[:n], netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
+	return b[:n], netip.AddrPortFrom(from.Addr().Unmap(), from.Port()), nil
 }
 
 func (c *client) exchange(to netip.AddrPort, q []byte) ([]byte, netip.AddrPort) {
@@ -72,12 +83,29 @@ func query(tb testing.TB, id uint16, name string, qtype uint16, edns bool) []byt
 }
 
 // hold marks s busy as an answer being written would, so what comes next is queued; the returned
-// function ends that write and lets the sender send what was queued.
-func hold(s *socket) func() {
-	s.mu.Lock()
-	s.busy = true
-	s.mu.Unlock()
-	return s.release
+// function ends that write and lets the sender send what was queued. It waits for the socket to
+// be idle first: the handler of an answer the test already received may not have returned yet.
+// If the test ends before it calls release, cleanup does.
+func hold(tb testing.TB, s *socket) (release func()) {
+	tb.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s.mu.Lock()
+		if !s.busy {
+			s.busy = true
+			s.mu.Unlock()
+			break
+		}
+		s.mu.Unlock()
+		if time.Now().After(deadline) {
+			tb.Fatal("the socket did not become idle")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	var once sync.Once
+	release = func() { once.Do(s.release) }
+	tb.Cleanup(release)
+	return release
 }
 
 // waitQueued polls until n answers wait in s's queue.
@@ -93,6 +121,24 @@ func waitQueued(tb testing.TB, s *socket, n int) {
 		}
 		if time.Now().After(deadline) {
 			tb.Fatalf("%d answers queued, want %d", got, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// waitIdle polls until s's sender is done: its metrics are then final.
+func waitIdle(tb testing.TB, s *socket) {
+	tb.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s.mu.Lock()
+		busy := s.busy
+		s.mu.Unlock()
+		if !busy {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatal("the sender did not finish")
 		}
 		time.Sleep(time.Millisecond)
 	}

@@ -43,9 +43,10 @@ type socket struct {
 	oobs    map[string][]byte // received control message -> reply control message
 	senders sync.WaitGroup
 
+	out *net.UDPConn // our duplicate of src: queued answers still go out after miekg/dns closed src
+	pc  *ipv4.PacketConn
+
 	// Owned by the sender (whoever holds busy).
-	out  *net.UDPConn // our duplicate of src: queued answers still go out after miekg/dns closed src
-	pc   *ipv4.PacketConn
 	msgs []ipv4.Message
 	errs errorLog
 }
@@ -56,7 +57,6 @@ type entry struct {
 	buf  []byte
 	addr net.Addr
 	oob  []byte
-	w    dns.Writer // miekg/dns's writer, if the duplicate socket cannot be had
 }
 
 type socketMetrics struct {
@@ -107,7 +107,10 @@ func (s *socket) write(w dns.Writer, b []byte) (int, error) {
 		s.m.overflow.Inc()
 		return w.Write(b)
 	}
-	s.src = conn
+	if s.pc == nil && !s.open(conn) {
+		s.mu.Unlock()
+		return w.Write(b)
+	}
 	n := len(s.pending)
 	s.pending = s.pending[:n+1]
 	e := &s.pending[n]
@@ -116,7 +119,7 @@ func (s *socket) write(w dns.Writer, b []byte) (int, error) {
 	} else {
 		e.buf = append([]byte(nil), b...)
 	}
-	e.addr, e.oob, e.w = raddr, s.replyOOB(oob), w
+	e.addr, e.oob = raddr, s.replyOOB(oob)
 	s.mu.Unlock()
 	s.m.queued.Inc()
 	return len(b), nil
@@ -206,7 +209,7 @@ func (s *socket) drain() {
 func recycle(sent []entry) []entry {
 	for i := range sent {
 		e := &sent[i]
-		e.addr, e.oob, e.w = nil, nil, nil
+		e.addr, e.oob = nil, nil
 		if cap(e.buf) > keepBuffer {
 			e.buf = nil
 		}
@@ -216,14 +219,6 @@ func recycle(sent []entry) []entry {
 
 // send writes up to max answers with sendmmsg.
 func (s *socket) send(batch []entry) {
-	if s.pc == nil && !s.open() {
-		for _, e := range batch {
-			if _, err := e.w.Write(e.buf); err != nil {
-				s.failed(err)
-			}
-		}
-		return
-	}
 	ms := s.msgs[:len(batch)]
 	for i, e := range batch {
 		ms[i].Buffers[0], ms[i].OOB, ms[i].Addr = e.buf, e.oob, e.addr
@@ -248,27 +243,20 @@ func (s *socket) send(batch []entry) {
 	}
 }
 
-// open duplicates miekg/dns's socket for the sender. The duplicate is the same socket (same bound
-// address and port, same options), but miekg/dns closing its descriptor when the server stops,
-// right after the last handler returned, does not close ours: queued answers still go out,
-// also on a reload that hands the socket to the next instance.
-func (s *socket) open() bool {
-	s.mu.Lock()
-	src := s.src
-	s.mu.Unlock()
-	f, err := src.File()
-	if err == nil {
-		var c net.PacketConn
-		c, err = net.FilePacketConn(f)
-		f.Close()
-		if err == nil {
-			s.out = c.(*net.UDPConn)
-			s.pc = ipv4.NewPacketConn(s.out)
-			return true
-		}
+// open duplicates miekg/dns's socket src for the sender, at the first answer queued. The
+// duplicate is the same socket (same bound address and port, same options), but miekg/dns closing
+// its descriptor when the server stops, right after the last handler returned, does not close
+// ours: queued answers still go out, also on a reload that hands the socket to the next instance.
+// When it cannot be had, the socket is not batched. Called with mu held.
+func (s *socket) open(src *net.UDPConn) bool {
+	out, err := duplicate(src)
+	if err != nil {
+		log.Warningf("Cannot duplicate the UDP socket of %s, answers are written one by one: %v", s.server, err)
+		s.off = true
+		return false
 	}
-	s.errs.log(s.server, err)
-	return false
+	s.src, s.out, s.pc = src, out, ipv4.NewPacketConn(out)
+	return true
 }
 
 // failed counts and logs an answer the sender could not send.

@@ -1,0 +1,398 @@
+package udpbatch
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coresteer/coresteer/plugin/pkg/coretest"
+
+	"github.com/miekg/dns"
+	"go.uber.org/goleak"
+)
+
+// zone writes a zone whose answers have several shapes: plain, CNAME chain, NODATA, NXDOMAIN,
+// and one too large for 512 bytes (truncated without EDNS).
+func zone(tb testing.TB) string {
+	tb.Helper()
+	var big strings.Builder
+	for i := range 40 {
+		fmt.Fprintf(&big, "big IN TXT \"%s\"\n", strings.Repeat(string(rune('a'+i%26)), 40))
+	}
+	f := filepath.Join(tb.TempDir(), "db.example.org")
+	z := `$ORIGIN example.org.
+@ 3600 IN SOA ns.example.org. hostmaster.example.org. 1 7200 3600 1209600 3600
+@ IN NS ns.example.org.
+ns IN A 192.0.2.53
+www IN A 192.0.2.1
+www IN A 192.0.2.2
+www IN AAAA 2001:db8::1
+alias IN CNAME www.example.org.
+` + big.String()
+	if err := os.WriteFile(f, []byte(z), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	return f
+}
+
+// questions are the shapes the zone answers, by name and type, with and without EDNS (DO set).
+var questions = []struct {
+	name  string
+	qtype uint16
+}{
+	{"www.example.org.", dns.TypeA},
+	{"WwW.ExAmPlE.oRg.", dns.TypeAAAA},
+	{"alias.example.org.", dns.TypeA},
+	{"www.example.org.", dns.TypeMX},
+	{"nope.example.org.", dns.TypeA},
+	{"big.example.org.", dns.TypeTXT},
+	{"example.org.", dns.TypeSOA},
+}
+
+func addrPort(tb testing.TB, s string) netip.AddrPort {
+	tb.Helper()
+	ap, err := netip.ParseAddrPort(s)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}
+
+// Answers sent through the queue are the bytes an unbatched server sends, for every shape: two
+// server blocks serve the same zone, one with udpbatch, and each question goes to both.
+func TestIntegrationAnswersIdentical(t *testing.T) {
+	z := zone(t)
+	pb, pp := coretest.FreePort(t), coretest.FreePort(t)
+	srv := coretest.Start(t, `example.org:`+pb+` {
+	bind 127.0.0.1
+	udpbatch
+	file `+z+`
+}
+example.org:`+pp+` {
+	bind 127.0.0.1
+	file `+z+`
+}`)
+	batched, plain := "127.0.0.1:"+pb, "127.0.0.1:"+pp
+	c := newClient(t, "127.0.0.1")
+	// Warm: the first answer is written at once (the socket is idle) and makes the socket known.
+	c.exchange(addrPort(t, batched), query(t, 1, "www.example.org.", dns.TypeA, false))
+	s := sockets(t, srv.Instance(), 1)[0]
+
+	type q struct {
+		id uint16
+		b  []byte
+	}
+	var qs []q
+	for i, qu := range questions {
+		for _, edns := range []bool{false, true} {
+			id := uint16(100 + 2*i)
+			if edns {
+				id++
+			}
+			qs = append(qs, q{id, query(t, id, qu.name, qu.qtype, edns)})
+		}
+	}
+	want := map[uint16][]byte{}
+	for _, qu := range qs {
+		b, _ := c.exchange(addrPort(t, plain), qu.b)
+		want[qu.id] = b
+	}
+
+	release := hold(t, s)
+	for _, qu := range qs {
+		c.send(addrPort(t, batched), qu.b)
+	}
+	waitQueued(t, s, len(qs))
+	release()
+	for range qs {
+		b, _ := c.receive()
+		var m dns.Msg
+		if err := m.Unpack(b); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(b, want[m.Id]) {
+			t.Errorf("answer %d through the queue:\n%x\nunbatched:\n%x", m.Id, b, want[m.Id])
+		}
+		delete(want, m.Id)
+	}
+	if len(want) != 0 {
+		t.Errorf("%d answers missing", len(want))
+	}
+	var tc dns.Msg
+	if b, _ := c.exchange(addrPort(t, batched), query(t, 9, "big.example.org.", dns.TypeTXT, false)); tc.Unpack(b) != nil || !tc.Truncated {
+		t.Error("the large answer without EDNS is not truncated: the test does not cover TC")
+	}
+}
+
+// A server listening on every address (no bind, or bind 0.0.0.0) answers each client from the
+// address it asked: 127.0.0.2, 127.0.0.3 and ::1, when the socket is idle (the answer is written
+// at once) and when the answers are queued and leave together.
+func TestIntegrationSourceAddressWildcard(t *testing.T) {
+	z := zone(t)
+	for _, tc := range []struct {
+		bind  string
+		asked []string
+	}{
+		{"", []string{"127.0.0.2", "127.0.0.3", "::1"}},
+		{"bind 0.0.0.0", []string{"127.0.0.2", "127.0.0.3"}},
+	} {
+		t.Run(tc.bind, func(t *testing.T) {
+			port := coretest.FreePort(t)
+			srv := coretest.Start(t, `example.org:`+port+` {
+	`+tc.bind+`
+	udpbatch
+	file `+z+`
+}`)
+			to := func(a string) netip.AddrPort { return addrPort(t, net.JoinHostPort(a, port)) }
+			from := func(a string) string {
+				if netip.MustParseAddr(a).Is6() {
+					return "::1"
+				}
+				return "127.0.0.1"
+			}
+			var clients []*client
+			for i, a := range tc.asked {
+				c := newClient(t, from(a))
+				clients = append(clients, c)
+				// Idle: written at once.
+				if _, got := c.exchange(to(a), query(t, uint16(i), "www.example.org.", dns.TypeA, false)); got != to(a) {
+					t.Errorf("idle: asked %s, answered from %s", to(a), got)
+				}
+			}
+			s := sockets(t, srv.Instance(), 1)[0]
+			release := hold(t, s)
+			for i, a := range tc.asked {
+				clients[i].send(to(a), query(t, uint16(i), "www.example.org.", dns.TypeA, false))
+			}
+			waitQueued(t, s, len(tc.asked))
+			release()
+			for i, a := range tc.asked {
+				if _, got := clients[i].receive(); got != to(a) {
+					t.Errorf("queued: asked %s, answered from %s", to(a), got)
+				}
+			}
+		})
+	}
+}
+
+// A burst of concurrent queries is answered in full, and every answer is counted on one of the
+// three paths. In flight at once: clients x window queries, well within the socket's receive
+// buffer, so the kernel drops none of them.
+func TestIntegrationBurst(t *testing.T) {
+	srv := coretest.Start(t, `example.org:0 {
+	bind 127.0.0.1
+	udpbatch 16
+	file `+zone(t)+`
+}`)
+	to := addrPort(t, srv.UDP)
+	c := newClient(t, "127.0.0.1")
+	c.exchange(to, query(t, 1, "www.example.org.", dns.TypeA, false))
+	s := sockets(t, srv.Instance(), 1)[0]
+	total := func() float64 {
+		return counter(t, s.server, "direct") + counter(t, s.server, "queued") + counter(t, s.server, "overflow")
+	}
+	before := total()
+
+	const clients, window, each = 20, 5, 50
+	var (
+		wg   sync.WaitGroup
+		errs = make(chan error, clients)
+		qs   = make([][][]byte, clients)
+	)
+	for i := range clients {
+		qs[i] = make([][]byte, each)
+		for j := range each {
+			qs[i][j] = query(t, uint16(j), "www.example.org.", dns.TypeA, false)
+		}
+	}
+	for i := range clients {
+		c := newClient(t, "127.0.0.1")
+		wg.Go(func() {
+			seen := map[uint16]bool{}
+			sent := 0
+			for len(seen) < each {
+				for sent < each && sent-len(seen) < window {
+					if _, err := c.conn.WriteToUDPAddrPort(qs[i][sent], to); err != nil {
+						errs <- err
+						return
+					}
+					sent++
+				}
+				b, _, err := c.read()
+				if err != nil {
+					errs <- fmt.Errorf("client %d, %d of %d answered: %w", i, len(seen), each, err)
+					return
+				}
+				var m dns.Msg
+				if err := m.Unpack(b); err != nil || len(m.Answer) != 2 {
+					errs <- fmt.Errorf("bad answer %v: %v", &m, err)
+					return
+				}
+				seen[m.Id] = true
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	waitIdle(t, s)
+	if got := total() - before; got != clients*each {
+		t.Errorf("%v answers counted, want %d", got, clients*each)
+	}
+	n, sum := histogram(t, s)
+	t.Logf("direct %v, queued %v, overflow %v; %d sendmmsg calls carried %v answers", counter(t, s.server, "direct"),
+		counter(t, s.server, "queued"), counter(t, s.server, "overflow"), n, sum)
+}
+
+// TCP does not go through udpbatch: answered, and not counted.
+func TestIntegrationTCPUnaffected(t *testing.T) {
+	srv := coretest.Start(t, `example.org:0 {
+	bind 127.0.0.1
+	udpbatch
+	file `+zone(t)+`
+}`)
+	c := newClient(t, "127.0.0.1")
+	c.exchange(addrPort(t, srv.UDP), query(t, 1, "www.example.org.", dns.TypeA, false))
+	s := sockets(t, srv.Instance(), 1)[0]
+	before := counter(t, s.server, "direct") + counter(t, s.server, "queued")
+	release := hold(t, s) // a UDP answer on the wire does not hold TCP up
+	defer release()
+	m := new(dns.Msg)
+	m.SetQuestion("big.example.org.", dns.TypeTXT)
+	r, _, err := (&dns.Client{Net: "tcp", Timeout: 5 * time.Second}).Exchange(m, srv.TCP)
+	if err != nil || r.Truncated || len(r.Answer) != 40 {
+		t.Fatalf("TCP answer %v: %v", r, err)
+	}
+	if after := counter(t, s.server, "direct") + counter(t, s.server, "queued"); after != before {
+		t.Errorf("TCP answer counted as UDP writes: %v -> %v", before, after)
+	}
+}
+
+// Answers queued when the server stops are still sent (miekg/dns closes its socket right after
+// the last handler returned; the sender writes on its own duplicate), later writes go the way
+// miekg/dns writes, and no goroutine of ours is left.
+func TestIntegrationShutdownSendsQueued(t *testing.T) {
+	defer checkLeaks(t, goleak.IgnoreCurrent())
+	srv, err := coretest.New(`example.org:0 {
+	bind 127.0.0.1
+	udpbatch
+	file ` + zone(t) + `
+}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := addrPort(t, srv.UDP)
+	c := newClient(t, "127.0.0.1")
+	c.exchange(to, query(t, 1, "www.example.org.", dns.TypeA, false))
+	s := sockets(t, srv.Instance(), 1)[0]
+
+	release := hold(t, s)
+	for i := range 5 {
+		c.send(to, query(t, uint16(10+i), "www.example.org.", dns.TypeA, false))
+	}
+	waitQueued(t, s, 5)
+	stopped := make(chan struct{})
+	go func() {
+		srv.Stop()
+		close(stopped)
+	}()
+	waitOff(t, s) // shutdown began: the server stopped, miekg/dns closed its socket
+	release()
+	<-stopped
+	for range 5 {
+		if b, _ := c.receive(); len(b) == 0 {
+			t.Fatal("empty answer")
+		}
+	}
+}
+
+// A reload with answers queued: they are sent, the next instance answers on the handed-over
+// socket, and nothing of the old instance is left.
+func TestIntegrationReloadSendsQueued(t *testing.T) {
+	defer checkLeaks(t, goleak.IgnoreCurrent())
+	port := coretest.FreePort(t)
+	corefile := `example.org:` + port + ` {
+	bind 127.0.0.1
+	udpbatch
+	file ` + zone(t) + `
+}`
+	srv, err := coretest.New(corefile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	to := addrPort(t, srv.UDP)
+	c := newClient(t, "127.0.0.1")
+	c.exchange(to, query(t, 1, "www.example.org.", dns.TypeA, false))
+	s := sockets(t, srv.Instance(), 1)[0]
+
+	release := hold(t, s)
+	for i := range 5 {
+		c.send(to, query(t, uint16(10+i), "www.example.org.", dns.TypeA, false))
+	}
+	waitQueued(t, s, 5)
+	reloaded := make(chan error, 1)
+	go func() { reloaded <- srv.Reload(corefile) }()
+	waitOff(t, s)
+	release()
+	if err := <-reloaded; err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		if b, _ := c.receive(); len(b) == 0 {
+			t.Fatal("empty answer")
+		}
+	}
+	for i := range 3 {
+		if _, from := c.exchange(to, query(t, uint16(20+i), "www.example.org.", dns.TypeA, false)); from != to {
+			t.Fatalf("answer from %s after the reload", from)
+		}
+	}
+	srv.Stop()
+}
+
+// waitOff polls until s stopped batching (its instance is shutting down).
+func waitOff(tb testing.TB, s *socket) {
+	tb.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s.mu.Lock()
+		off := s.off
+		s.mu.Unlock()
+		if off {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatal("the socket did not shut down")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// checkLeaks fails when a goroutine started by the test is still running, polling with a
+// deadline: servers stop asynchronously (a UDP reader leaves at its read deadline).
+// before is goleak.IgnoreCurrent() taken when the test began.
+func checkLeaks(t *testing.T, before goleak.Option) {
+	t.Helper()
+	opts := append(coretest.ServerLoops(), before)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		err := goleak.Find(opts...)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
