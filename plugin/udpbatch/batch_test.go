@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 
@@ -103,51 +104,28 @@ func TestBatchMax(t *testing.T) {
 // The queued path sends the bytes miekg/dns packed, untouched, though the caller reuses its
 // buffer as soon as Write returns (io.Writer must not retain it).
 func TestBatchCopiesAnswer(t *testing.T) {
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := &UDPBatch{Max: 64}
-	decorate := u.decorator(&dnsserver.Server{Addr: "copy"})
 	var (
-		mu      sync.Mutex
-		writers = map[any]dns.Writer{} // miekg/dns's writer (also the handler's ResponseWriter) -> ours
-		want    []byte
+		mu   sync.Mutex
+		want []byte
 	)
-	started := make(chan struct{})
-	srv := &dns.Server{PacketConn: pc, NotifyStartedFunc: func() { close(started) },
-		DecorateWriter: func(w dns.Writer) dns.Writer {
-			dw := decorate(w)
-			mu.Lock()
-			writers[w] = dw
-			mu.Unlock()
-			return dw
-		},
-		Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
-			m := new(dns.Msg)
-			m.SetReply(r)
-			m.Answer = append(m.Answer, &dns.TXT{Hdr: dns.RR_Header{Name: r.Question[0].Name, Rrtype: dns.TypeTXT, Class: dns.ClassINET, Ttl: 60}, Txt: []string{"queued"}})
-			b, _ := m.Pack()
-			mu.Lock()
-			want = append([]byte(nil), b...)
-			dw := writers[w]
-			mu.Unlock()
-			// What WriteMsg does with the packed answer.
-			if n, err := dw.Write(b); n != len(b) || err != nil {
-				t.Errorf("Write = %d, %v", n, err)
-			}
-			clear(b)
-		})}
-	go srv.ActivateAndServe()
-	<-started
-	t.Cleanup(func() {
-		srv.Shutdown()
-		u.OnShutdown()
+	cs := newCaptureServer(t, func(_ dns.ResponseWriter, r *dns.Msg, dw dns.Writer) {
+		m := new(dns.Msg)
+		m.SetReply(r)
+		m.Answer = append(m.Answer, &dns.TXT{Hdr: dns.RR_Header{Name: r.Question[0].Name, Rrtype: dns.TypeTXT, Class: dns.ClassINET, Ttl: 60}, Txt: []string{"queued"}})
+		b, _ := m.Pack()
+		mu.Lock()
+		want = append([]byte(nil), b...)
+		mu.Unlock()
+		// What WriteMsg does with the packed answer.
+		if n, err := dw.Write(b); n != len(b) || err != nil {
+			t.Errorf("Write = %d, %v", n, err)
+		}
+		clear(b)
 	})
-	s := u.sockets[0]
+	s := cs.u.sockets[0]
 	release := hold(t, s)
 	c := newClient(t, "127.0.0.1")
-	c.send(pc.LocalAddr().(*net.UDPAddr).AddrPort(), query(t, 7, "t.example.", dns.TypeTXT, false))
+	c.send(cs.addr, query(t, 7, "t.example.", dns.TypeTXT, false))
 	waitQueued(t, s, 1)
 	release()
 	got, _ := c.receive()
@@ -156,4 +134,57 @@ func TestBatchCopiesAnswer(t *testing.T) {
 	if !bytes.Equal(got, want) {
 		t.Fatalf("sent\n%x\nwant\n%x", got, want)
 	}
+}
+
+// After shutdown a write goes the way miekg/dns writes: on a closed socket it returns miekg/dns's
+// error, it does not panic, and a socket that starts serving afterwards is not decorated.
+func TestWriteAfterShutdown(t *testing.T) {
+	var (
+		mu   sync.Mutex
+		last dns.Writer
+	)
+	cs := newCaptureServer(t, func(_ dns.ResponseWriter, r *dns.Msg, dw dns.Writer) {
+		m := new(dns.Msg)
+		m.SetReply(r)
+		b, _ := m.Pack()
+		dw.Write(b)
+		mu.Lock()
+		last = dw
+		mu.Unlock()
+	})
+	c := newClient(t, "127.0.0.1")
+	c.exchange(cs.addr, query(t, 1, "a.example.", dns.TypeA, false))
+	cs.srv.Shutdown()
+	if err := cs.u.OnShutdown(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	dw := last
+	mu.Unlock()
+	if _, err := dw.Write([]byte{0, 1, 2}); err == nil || !strings.Contains(err.Error(), "closed") {
+		t.Errorf("write after shutdown: %v, want miekg/dns's error for a closed socket", err)
+	}
+	if d := cs.u.decorator(&dnsserver.Server{Addr: "late"}); d != nil {
+		t.Error("a socket that starts after shutdown is decorated: nothing would stop its sender")
+	}
+}
+
+// A writer that is not miekg/dns's UDP writer (TCP, a PROXY protocol listener, another miekg/dns
+// version) is written to directly, unchanged.
+func TestUnknownWriterPassesThrough(t *testing.T) {
+	s := newSocket("unknown", 8)
+	var fw fakeWriter
+	if n, err := s.write(&fw, []byte("abc")); n != 3 || err != nil || string(fw.got) != "abc" {
+		t.Fatalf("write = %d, %v; the writer got %q", n, err, fw.got)
+	}
+	if _, _, _, ok := session(&fw); ok {
+		t.Fatal("a foreign writer read as a miekg/dns session")
+	}
+}
+
+type fakeWriter struct{ got []byte }
+
+func (f *fakeWriter) Write(b []byte) (int, error) {
+	f.got = append(f.got, b...)
+	return len(b), nil
 }

@@ -204,3 +204,47 @@ func miekgServer(tb testing.TB, pc net.PacketConn, name string, max int, handler
 	})
 	return u, u.sockets[0]
 }
+
+// captureServer is a miekg/dns server whose handler also gets udpbatch's writer of its answer
+// (the one WriteMsg writes through), to write raw bytes through it.
+type captureServer struct {
+	u    *UDPBatch
+	srv  *dns.Server
+	addr netip.AddrPort
+
+	mu      sync.Mutex
+	writers map[any]dns.Writer // miekg/dns's writer (also the handler's ResponseWriter) -> ours
+}
+
+func newCaptureServer(tb testing.TB, handle func(w dns.ResponseWriter, r *dns.Msg, dw dns.Writer)) *captureServer {
+	tb.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cs := &captureServer{u: &UDPBatch{Max: defaultMax}, addr: pc.LocalAddr().(*net.UDPAddr).AddrPort(), writers: map[any]dns.Writer{}}
+	decorate := cs.u.decorator(&dnsserver.Server{Addr: "capture"})
+	started := make(chan struct{})
+	cs.srv = &dns.Server{PacketConn: pc, NotifyStartedFunc: func() { close(started) },
+		DecorateWriter: func(w dns.Writer) dns.Writer {
+			dw := decorate(w)
+			cs.mu.Lock()
+			cs.writers[w] = dw
+			cs.mu.Unlock()
+			return dw
+		},
+		Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+			cs.mu.Lock()
+			dw := cs.writers[w]
+			delete(cs.writers, w)
+			cs.mu.Unlock()
+			handle(w, r, dw)
+		})}
+	go cs.srv.ActivateAndServe()
+	<-started
+	tb.Cleanup(func() {
+		cs.srv.Shutdown()
+		cs.u.OnShutdown()
+	})
+	return cs
+}

@@ -89,7 +89,7 @@ example.org:`+pp+` {
 		id uint16
 		b  []byte
 	}
-	var qs []q
+	qs := make([]q, 0, 2*len(questions))
 	for i, qu := range questions {
 		for _, edns := range []bool{false, true} {
 			id := uint16(100 + 2*i)
