@@ -20,6 +20,7 @@ import (
 type client struct {
 	tb   testing.TB
 	conn *net.UDPConn
+	buf  []byte
 }
 
 func newClient(tb testing.TB, from string) *client {
@@ -29,7 +30,7 @@ func newClient(tb testing.TB, from string) *client {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { c.Close() })
-	return &client{tb: tb, conn: c}
+	return &client{tb: tb, conn: c, buf: make([]byte, 65535)}
 }
 
 func (c *client) send(to netip.AddrPort, q []byte) {
@@ -39,25 +40,24 @@ func (c *client) send(to netip.AddrPort, q []byte) {
 	}
 }
 
-// receive returns the next answer and the address it came from.
+// receive returns (a copy of) the next answer and the address it came from.
 func (c *client) receive() ([]byte, netip.AddrPort) {
 	c.tb.Helper()
 	b, from, err := c.read()
 	if err != nil {
 		c.tb.Fatal(err)
 	}
-	return b, from
+	return append([]byte(nil), b...), from
 }
 
-// read is receive for goroutines other than the test's.
+// read is receive for goroutines other than the test's. The answer is valid until the next read.
 func (c *client) read() ([]byte, netip.AddrPort, error) {
-	b := make([]byte, 65535)
 	c.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-	n, from, err := c.conn.ReadFromUDPAddrPort(b)
+	n, from, err := c.conn.ReadFromUDPAddrPort(c.buf)
 	if err != nil {
 		return nil, netip.AddrPort{}, fmt.Errorf("no answer on %s: %w", c.conn.LocalAddr(), err)
 	}
-	return b[:n], netip.AddrPortFrom(from.Addr().Unmap(), from.Port()), nil
+	return c.buf[:n], netip.AddrPortFrom(from.Addr().Unmap(), from.Port()), nil
 }
 
 func (c *client) exchange(to netip.AddrPort, q []byte) ([]byte, netip.AddrPort) {

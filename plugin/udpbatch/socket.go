@@ -138,22 +138,23 @@ func (s *socket) replyOOB(oob []byte) []byte {
 	return r
 }
 
-// release ends a direct write: if answers were queued meanwhile, a sender takes over.
+// release ends a direct write. Answers queued meanwhile are sent here, one round (cheaper than
+// waking a goroutine, and what light load needs); if more came during that round, a sender
+// goroutine takes over and the handler returns.
 func (s *socket) release() {
+	if s.drain(1) {
+		return
+	}
 	s.mu.Lock()
-	switch {
-	case len(s.pending) == 0:
-		s.setIdle()
-		s.mu.Unlock()
-	case s.off:
+	if s.off {
 		// Shutting down: nobody starts a goroutine now; drain here.
 		s.mu.Unlock()
-		s.drain()
-	default:
-		s.senders.Add(1)
-		s.mu.Unlock()
-		go s.sender()
+		s.drain(-1)
+		return
 	}
+	s.senders.Add(1)
+	s.mu.Unlock()
+	go s.sender()
 }
 
 // setIdle clears busy. Called with mu held.
@@ -180,17 +181,18 @@ func (s *socket) sender() {
 			s.m.errors.Add(float64(lost))
 		}
 	}()
-	s.drain()
+	s.drain(-1)
 }
 
-// drain sends what is queued until the queue is empty, then clears busy.
-func (s *socket) drain() {
-	for {
-		s.mu.Lock()
-		if len(s.pending) == 0 {
-			s.setIdle()
+// drain sends what is queued, a round (all that is queued) at a time. It returns true, with busy
+// cleared, once the queue is empty, or false, busy kept, when rounds rounds were sent and more
+// is queued (rounds < 0: no limit).
+func (s *socket) drain(rounds int) bool {
+	s.mu.Lock()
+	for i := 0; len(s.pending) > 0; i++ {
+		if i == rounds {
 			s.mu.Unlock()
-			return
+			return false
 		}
 		batch := s.pending
 		s.pending = s.spare[:0]
@@ -202,7 +204,11 @@ func (s *socket) drain() {
 			rest = rest[n:]
 		}
 		s.spare = recycle(batch)
+		s.mu.Lock()
 	}
+	s.setIdle()
+	s.mu.Unlock()
+	return true
 }
 
 // recycle drops the references a sent batch holds and returns its backing array for reuse.
