@@ -11,6 +11,7 @@ import (
 	"github.com/coredns/coredns/core/dnsserver"
 
 	"github.com/miekg/dns"
+	dto "github.com/prometheus/client_model/go"
 )
 
 func answerA(w dns.ResponseWriter, r *dns.Msg) {
@@ -187,4 +188,40 @@ type fakeWriter struct{ got []byte }
 func (f *fakeWriter) Write(b []byte) (int, error) {
 	f.got = append(f.got, b...)
 	return len(b), nil
+}
+
+// A sender that panics leaves the socket usable: it is no longer busy, what was queued is counted
+// as lost, later answers are written directly, and shutdown does not wait for ever.
+func TestSenderPanicRecovered(t *testing.T) {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, s := miekgServer(t, pc, "panic", 8, answerA)
+	to := pc.LocalAddr().(*net.UDPAddr).AddrPort()
+	release := hold(t, s)
+	c := newClient(t, "127.0.0.1")
+	c.send(to, query(t, 1, "a.example.", dns.TypeA, false))
+	waitQueued(t, s, 1)
+	s.msgs = nil // the sender's send now panics (index out of range)
+	var m0 dto.Metric
+	writeErrorsTotal.WithLabelValues(s.server).Write(&m0)
+	release()
+	s.mu.Lock()
+	off, busy := s.off, s.busy
+	s.mu.Unlock()
+	if !off || busy {
+		t.Fatalf("after the panic: off %v busy %v, want off and not busy", off, busy)
+	}
+	var m1 dto.Metric
+	writeErrorsTotal.WithLabelValues(s.server).Write(&m1)
+	if lost := m1.GetCounter().GetValue() - m0.GetCounter().GetValue(); lost != 1 {
+		t.Errorf("%v answers counted lost, want 1", lost)
+	}
+	if _, from := c.exchange(to, query(t, 2, "a.example.", dns.TypeA, false)); from != to {
+		t.Errorf("answer from %s", from)
+	}
+	if err := u.OnShutdown(); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -82,10 +82,10 @@ func query(tb testing.TB, id uint16, name string, qtype uint16, edns bool) []byt
 	return b
 }
 
-// hold marks s busy as an answer being written would, so what comes next is queued; the returned
-// function ends that write and lets the sender send what was queued. It waits for the socket to
-// be idle first: the handler of an answer the test already received may not have returned yet.
-// If the test ends before it calls release, cleanup does.
+// hold marks s busy as a sender would, so what comes next is queued and not sent; the returned
+// function sends it, as that sender. It waits for the socket to be idle first: the sender of an
+// answer the test already received may not have finished. If the test ends before it calls
+// release, cleanup does.
 func hold(tb testing.TB, s *socket) (release func()) {
 	tb.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -103,7 +103,7 @@ func hold(tb testing.TB, s *socket) (release func()) {
 		time.Sleep(time.Millisecond)
 	}
 	var once sync.Once
-	release = func() { once.Do(s.release) }
+	release = func() { once.Do(s.flush) }
 	tb.Cleanup(release)
 	return release
 }

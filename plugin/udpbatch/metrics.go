@@ -8,14 +8,14 @@ import (
 )
 
 var (
-	// writesTotal counts UDP answers by how they left: at once by their handler on an idle socket
-	// (direct), through the sender's sendmmsg (queued), or by their handler because the queue was
-	// full (overflow).
+	// writesTotal counts UDP answers by how they left: queued and sent with sendmmsg (queued),
+	// written by their handler because the queue was full (overflow), or written by their handler
+	// because they cannot be batched (direct: not a plain UDP listener, or after shutdown).
 	writesTotal = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: "udpbatch",
 		Name:      "writes_total",
-		Help:      "Counter of UDP answers by path: direct (idle socket), queued (sent in a batch) or overflow (queue full).",
+		Help:      "Counter of UDP answers by path: queued (sent in a batch), overflow (queue full) or direct (not batchable).",
 	}, []string{"server", "path"})
 
 	// batchSize is the number of answers each sendmmsg sent.

@@ -3,6 +3,7 @@ package udpbatch
 import (
 	"errors"
 	"net"
+	"runtime"
 	"sync"
 	"time"
 
@@ -23,11 +24,10 @@ const keepBuffer = 2048
 // whose reply control message is remembered.
 const oobCacheSize = 64
 
-// socket batches the answers of one UDP listener socket. Whoever finds it idle writes its own
-// answer at once, in its own goroutine, exactly as miekg/dns would: no timer, no hand-off, no
-// added latency. Answers that arrive while that write is on the wire are queued; the writer then
-// starts a sender that drains the queue, whatever is in it, max answers per sendmmsg, until it
-// is empty. So batches form only under load, and grow with it.
+// socket batches the answers of one UDP listener socket. Every answer is queued; the handler
+// that finds no sender becomes it (no timer, no hand-off to another goroutine): it lets the
+// handlers already runnable queue theirs, then sends the queue, max answers per sendmmsg. Idle,
+// a batch is one answer sent at once; under load batches grow with the load.
 type socket struct {
 	server string
 	max    int
@@ -35,7 +35,7 @@ type socket struct {
 
 	mu      sync.Mutex
 	idle    sync.Cond // signalled when busy turns false on a closed socket
-	busy    bool      // an answer is being written, or a sender runs
+	busy    bool      // a sender (a handler or the sender goroutine) sends the queue
 	off     bool      // write directly: the instance shut down, or the sender failed
 	pending []entry   // answers waiting for the sender
 	spare   []entry   // the sender's previous batch: its buffers are reused
@@ -47,8 +47,9 @@ type socket struct {
 	pc  *ipv4.PacketConn
 
 	// Owned by the sender (whoever holds busy).
-	msgs []ipv4.Message
-	errs errorLog
+	msgs    []ipv4.Message
+	sending int // answers of the batch being sent not sent yet
+	errs    errorLog
 }
 
 var errNoProgress = errors.New("sendmmsg sent nothing")
@@ -87,28 +88,25 @@ func newSocket(server string, max int) *socket {
 	return s
 }
 
-// write sends the packed answer b that miekg/dns's writer w would write.
+// write queues the packed answer b that miekg/dns's writer w would write. The writer that finds
+// no one sending becomes the sender: it yields the processor once, so the handlers already
+// runnable queue their answers (on one processor they run now; on several they run meanwhile),
+// then sends what is queued with one sendmmsg. Idle, that is its own answer alone, sent at once.
 func (s *socket) write(w dns.Writer, b []byte) (int, error) {
 	conn, raddr, oob, ok := session(w)
 	s.mu.Lock()
 	switch {
 	case !ok || s.off || (s.src != nil && conn != s.src):
 		s.mu.Unlock()
-		return w.Write(b)
-	case !s.busy:
-		// Idle: write now, here. A failure is returned as miekg/dns returns it.
-		s.busy = true
-		s.mu.Unlock()
-		defer s.release()
 		s.m.direct.Inc()
 		return w.Write(b)
 	case len(s.pending) == cap(s.pending):
 		s.mu.Unlock()
 		s.m.overflow.Inc()
 		return w.Write(b)
-	}
-	if s.pc == nil && !s.open(conn) {
+	case s.pc == nil && !s.open(conn):
 		s.mu.Unlock()
+		s.m.direct.Inc()
 		return w.Write(b)
 	}
 	n := len(s.pending)
@@ -120,8 +118,14 @@ func (s *socket) write(w dns.Writer, b []byte) (int, error) {
 		e.buf = append([]byte(nil), b...)
 	}
 	e.addr, e.oob = raddr, s.replyOOB(oob)
+	send := !s.busy
+	s.busy = true
 	s.mu.Unlock()
 	s.m.queued.Inc()
+	if send {
+		runtime.Gosched()
+		s.flush()
+	}
 	return len(b), nil
 }
 
@@ -138,11 +142,12 @@ func (s *socket) replyOOB(oob []byte) []byte {
 	return r
 }
 
-// release ends a direct write. Answers queued meanwhile are sent here, one round (cheaper than
-// waking a goroutine, and what light load needs); if more came during that round, a sender
-// goroutine takes over and the handler returns.
-func (s *socket) release() {
-	if s.drain(1) {
+// flush sends the queue as its sender, in the handler goroutine that became it: two rounds at
+// most (its own, and what queued during it), then a sender goroutine takes over and the handler
+// returns.
+func (s *socket) flush() {
+	defer s.recoverSender()
+	if s.drain(2) {
 		return
 	}
 	s.mu.Lock()
@@ -167,21 +172,25 @@ func (s *socket) setIdle() {
 
 func (s *socket) sender() {
 	defer s.senders.Done()
-	defer func() {
-		// A sender that panics must not take the server down: answers are written directly from
-		// now on, and what was queued is counted as lost.
-		if r := recover(); r != nil {
-			log.Errorf("Recovered panic in the UDP sender of %s, answers are written one by one from now on: %v", s.server, r)
-			s.mu.Lock()
-			lost := len(s.pending)
-			s.pending = s.pending[:0]
-			s.off = true
-			s.setIdle()
-			s.mu.Unlock()
-			s.m.errors.Add(float64(lost))
-		}
-	}()
+	defer s.recoverSender()
 	s.drain(-1)
+}
+
+// recoverSender keeps a panicking sender from taking the server down, or leaving the socket busy
+// for ever: answers are written directly from then on, and what was queued is counted as lost.
+func (s *socket) recoverSender() {
+	r := recover()
+	if r == nil {
+		return
+	}
+	log.Errorf("Recovered panic in the UDP sender of %s, answers are written one by one from now on: %v", s.server, r)
+	s.mu.Lock()
+	lost := len(s.pending) + s.sending
+	s.pending, s.sending = s.pending[:0], 0
+	s.off = true
+	s.setIdle()
+	s.mu.Unlock()
+	s.m.errors.Add(float64(lost))
 }
 
 // drain sends what is queued, a round (all that is queued) at a time. It returns true, with busy
@@ -198,10 +207,12 @@ func (s *socket) drain(rounds int) bool {
 		s.pending = s.spare[:0]
 		s.mu.Unlock()
 
+		s.sending = len(batch)
 		for rest := batch; len(rest) > 0; {
 			n := min(len(rest), s.max)
 			s.send(rest[:n])
 			rest = rest[n:]
+			s.sending -= n
 		}
 		s.spare = recycle(batch)
 		s.mu.Lock()

@@ -1,9 +1,9 @@
 // Package udpbatch sends the UDP answers of a server block with as few system calls as the load
 // allows. It decorates miekg/dns's UDP writer (dnsserver.Config.UDPDecorateWriterFunc, as the
-// in-tree shed plugin does): on an idle socket an answer is written at once by its handler, as
-// without the plugin; answers that come while a write is on the wire are queued and a sender
-// writes them together with one sendmmsg, keeping each answer's source address (the session's
-// IP_PKTINFO / IPV6_PKTINFO), so batches form only under load. It answers no query itself.
+// in-tree shed plugin does): answers are queued, and the handler that finds no one sending lets
+// the handlers already runnable queue theirs, then sends them all with one sendmmsg, each with its
+// own source address (the session's IP_PKTINFO / IPV6_PKTINFO). Idle, an answer leaves alone and
+// at once; under load, batches grow with the load. No timer. It answers no query itself.
 package udpbatch
 
 import (
