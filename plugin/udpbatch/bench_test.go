@@ -1,6 +1,8 @@
 package udpbatch
 
 import (
+	"fmt"
+	"net"
 	"net/netip"
 	"sync/atomic"
 	"testing"
@@ -8,6 +10,7 @@ import (
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 
 	"github.com/miekg/dns"
+	"golang.org/x/net/ipv4"
 )
 
 // benchServer starts one server block serving the benchmark zone, with directive ("udpbatch",
@@ -103,6 +106,58 @@ func BenchmarkLoad(b *testing.B) {
 				if calls := float64(n) - n0; calls > 0 {
 					b.ReportMetric((sum-sum0)/calls, "answers/sendmmsg")
 				}
+			}
+		})
+	}
+}
+
+// BenchmarkSend is the cost per answer of the system calls alone, on loopback: miekg/dns's
+// WriteToSessionUDP (one sendmsg per answer, what CoreDNS does without udpbatch) against the
+// sender's sendmmsg with batches of 1, 8 and 64 answers. ns/op is per answer.
+func BenchmarkSend(b *testing.B) {
+	srv, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Close()
+	// The control messages miekg/dns asks for on its listeners.
+	if err := ipv4.NewPacketConn(srv).SetControlMessage(ipv4.FlagDst|ipv4.FlagInterface, true); err != nil {
+		b.Fatal(err)
+	}
+	sink := newClient(b, "127.0.0.1")
+	sink.send(srv.LocalAddr().(*net.UDPAddr).AddrPort(), query(b, 1, "www.example.org.", dns.TypeA, false))
+	buf := make([]byte, 512)
+	_, sess, err := dns.ReadFromSessionUDP(srv, buf)
+	if err != nil {
+		b.Fatal(err)
+	}
+	answer := make([]byte, 60)
+
+	b.Run("sendmsg", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := dns.WriteToSessionUDP(srv, answer, sess); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	for _, n := range []int{1, 8, 64} {
+		b.Run(fmt.Sprintf("sendmmsg-%d", n), func(b *testing.B) {
+			s := newSocket(fmt.Sprintf("bench-send-%d", n), n)
+			s.mu.Lock()
+			ok := s.open(srv)
+			s.mu.Unlock()
+			if !ok {
+				b.Fatal("no duplicate socket")
+			}
+			defer s.close()
+			raddr, oob := sessionData(sess)
+			batch := make([]entry, n)
+			for i := range batch {
+				batch[i] = entry{buf: answer, addr: raddr, oob: replyOOB(oob)}
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i += n {
+				s.send(batch[:min(n, b.N-i)])
 			}
 		})
 	}

@@ -78,7 +78,14 @@ func session(w dns.Writer) (conn *net.UDPConn, raddr net.Addr, oob []byte, ok bo
 	if !isUDP || s == nil {
 		return nil, nil, nil, false
 	}
-	return conn, s.RemoteAddr(), *(*[]byte)(unsafe.Add(unsafe.Pointer(s), sessionContext)), true
+	raddr, oob = sessionData(s)
+	return conn, raddr, oob, true
+}
+
+// sessionData returns the client's address and the received control message of s. Only when
+// sessionContextOK.
+func sessionData(s *dns.SessionUDP) (net.Addr, []byte) {
+	return s.RemoteAddr(), *(*[]byte)(unsafe.Add(unsafe.Pointer(s), sessionContext))
 }
 
 // replyOOB is the control message of an answer to a query received with oob: the query's
