@@ -88,60 +88,53 @@ func query(tb testing.TB, id uint16, name string, qtype uint16, edns bool) []byt
 // release, cleanup does.
 func hold(tb testing.TB, s *socket) (release func()) {
 	tb.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		s.mu.Lock()
-		if !s.busy {
-			s.busy = true
-			s.mu.Unlock()
-			break
+	waitFor(tb, s, "the socket to be idle", func() bool {
+		if s.busy {
+			return false
 		}
-		s.mu.Unlock()
-		if time.Now().After(deadline) {
-			tb.Fatal("the socket did not become idle")
-		}
-		time.Sleep(time.Millisecond)
-	}
+		s.busy = true
+		return true
+	})
 	var once sync.Once
 	release = func() { once.Do(s.flush) }
 	tb.Cleanup(release)
 	return release
 }
 
-// waitQueued polls until n answers wait in s's queue.
-func waitQueued(tb testing.TB, s *socket, n int) {
+// waitFor polls until cond, which reads s under its lock, holds.
+func waitFor(tb testing.TB, s *socket, what string, cond func() bool) {
 	tb.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		s.mu.Lock()
-		got := len(s.pending)
+		ok := cond()
 		s.mu.Unlock()
-		if got == n {
+		if ok {
 			return
 		}
 		if time.Now().After(deadline) {
-			tb.Fatalf("%d answers queued, want %d", got, n)
+			tb.Fatalf("waited 10s for %s", what)
 		}
 		time.Sleep(time.Millisecond)
 	}
 }
 
+// waitQueued polls until n answers wait in s's queue.
+func waitQueued(tb testing.TB, s *socket, n int) {
+	tb.Helper()
+	waitFor(tb, s, fmt.Sprintf("%d answers queued", n), func() bool { return len(s.pending) == n })
+}
+
 // waitIdle polls until s's sender is done: its metrics are then final.
 func waitIdle(tb testing.TB, s *socket) {
 	tb.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		s.mu.Lock()
-		busy := s.busy
-		s.mu.Unlock()
-		if !busy {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatal("the sender did not finish")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(tb, s, "the sender to finish", func() bool { return !s.busy })
+}
+
+// waitOff polls until s stopped batching (its instance is shutting down).
+func waitOff(tb testing.TB, s *socket) {
+	tb.Helper()
+	waitFor(tb, s, "the socket to shut down", func() bool { return s.off })
 }
 
 // sockets returns the sockets the udpbatch directives of inst decorate, polling until there are n

@@ -281,7 +281,7 @@ func TestIntegrationTCPUnaffected(t *testing.T) {
 // the last handler returned; the sender writes on its own duplicate), later writes go the way
 // miekg/dns writes, and no goroutine of ours is left.
 func TestIntegrationShutdownSendsQueued(t *testing.T) {
-	defer checkLeaks(t, goleak.IgnoreCurrent())
+	defer goleak.VerifyNone(t, append(coretest.ServerLoops(), goleak.IgnoreCurrent())...)
 	srv, err := coretest.New(`example.org:0 {
 	bind 127.0.0.1
 	udpbatch
@@ -290,16 +290,7 @@ func TestIntegrationShutdownSendsQueued(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	to := addrPort(t, srv.UDP)
-	c := newClient(t, "127.0.0.1")
-	c.exchange(to, query(t, 1, "www.example.org.", dns.TypeA, false))
-	s := sockets(t, srv.Instance(), 1)[0]
-
-	release := hold(t, s)
-	for i := range 5 {
-		c.send(to, query(t, uint16(10+i), "www.example.org.", dns.TypeA, false))
-	}
-	waitQueued(t, s, 5)
+	c, s, release := queueFive(t, srv)
 	stopped := make(chan struct{})
 	go func() {
 		srv.Stop()
@@ -318,7 +309,7 @@ func TestIntegrationShutdownSendsQueued(t *testing.T) {
 // A reload with answers queued: they are sent, the next instance answers on the handed-over
 // socket, and nothing of the old instance is left.
 func TestIntegrationReloadSendsQueued(t *testing.T) {
-	defer checkLeaks(t, goleak.IgnoreCurrent())
+	defer goleak.VerifyNone(t, append(coretest.ServerLoops(), goleak.IgnoreCurrent())...)
 	port := coretest.FreePort(t)
 	corefile := `example.org:` + port + ` {
 	bind 127.0.0.1
@@ -331,15 +322,7 @@ func TestIntegrationReloadSendsQueued(t *testing.T) {
 	}
 	defer srv.Stop()
 	to := addrPort(t, srv.UDP)
-	c := newClient(t, "127.0.0.1")
-	c.exchange(to, query(t, 1, "www.example.org.", dns.TypeA, false))
-	s := sockets(t, srv.Instance(), 1)[0]
-
-	release := hold(t, s)
-	for i := range 5 {
-		c.send(to, query(t, uint16(10+i), "www.example.org.", dns.TypeA, false))
-	}
-	waitQueued(t, s, 5)
+	c, s, release := queueFive(t, srv)
 	reloaded := make(chan error, 1)
 	go func() { reloaded <- srv.Reload(corefile) }()
 	waitOff(t, s)
@@ -360,39 +343,18 @@ func TestIntegrationReloadSendsQueued(t *testing.T) {
 	srv.Stop()
 }
 
-// waitOff polls until s stopped batching (its instance is shutting down).
-func waitOff(tb testing.TB, s *socket) {
-	tb.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		s.mu.Lock()
-		off := s.off
-		s.mu.Unlock()
-		if off {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatal("the socket did not shut down")
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-// checkLeaks fails when a goroutine started by the test is still running, polling with a
-// deadline: servers stop asynchronously (a UDP reader leaves at its read deadline).
-// before is goleak.IgnoreCurrent() taken when the test began.
-func checkLeaks(t *testing.T, before goleak.Option) {
+// queueFive has five answers of srv queued, not sent, and returns the client waiting for them,
+// the socket and the function that sends them.
+func queueFive(t *testing.T, srv *coretest.Server) (*client, *socket, func()) {
 	t.Helper()
-	opts := append(coretest.ServerLoops(), before)
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		err := goleak.Find(opts...)
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	to := addrPort(t, srv.UDP)
+	c := newClient(t, "127.0.0.1")
+	c.exchange(to, query(t, 1, "www.example.org.", dns.TypeA, false))
+	s := sockets(t, srv.Instance(), 1)[0]
+	release := hold(t, s)
+	for i := range 5 {
+		c.send(to, query(t, uint16(10+i), "www.example.org.", dns.TypeA, false))
 	}
+	waitQueued(t, s, 5)
+	return c, s, release
 }
