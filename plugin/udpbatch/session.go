@@ -91,7 +91,15 @@ func sessionData(s *dns.SessionUDP) (net.Addr, []byte) {
 // replyOOB is the control message of an answer to a query received with oob: the query's
 // destination address as the answer's source, so a client that asked one address of a wildcard
 // listener hears from that address. It is miekg/dns's correctSource, the same bytes.
-func replyOOB(oob []byte) []byte {
+func replyOOB(oob []byte) (reply []byte) {
+	// x/net's Parse panics on some malformed messages (an IPPROTO_IP message of type 0). The
+	// kernel never sends those; should one come, the answer goes without a source, as from a
+	// listener bound to one address.
+	defer func() {
+		if recover() != nil {
+			reply = nil
+		}
+	}()
 	var dst net.IP
 	cm6 := new(ipv6.ControlMessage)
 	if cm6.Parse(oob) == nil && cm6.Dst != nil {

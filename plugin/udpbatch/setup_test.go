@@ -1,12 +1,16 @@
 package udpbatch
 
 import (
+	"net"
 	"strings"
 	"testing"
 
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
+
+	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
 )
 
 func TestParse(t *testing.T) {
@@ -81,4 +85,30 @@ func TestSetupRefusesShed(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "already decorates UDP writes") {
 		t.Fatalf("error %v, want one refusing shed with udpbatch", err)
 	}
+}
+
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{"udpbatch", "udpbatch 64", "udpbatch 0", "udpbatch {\n}", "udpbatch 1 2"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(_ *testing.T, in string) {
+		parse(caddy.NewTestController("dns", in)) // must not panic
+	})
+}
+
+// replyOOB takes whatever control message a query came with: it never panics, and what it
+// returns parses as a control message.
+func FuzzReplyOOB(f *testing.F) {
+	f.Add([]byte{})
+	f.Add((&ipv4.ControlMessage{Dst: net.IPv4(127, 0, 0, 2), IfIndex: 1}).Marshal())
+	f.Add((&ipv6.ControlMessage{Dst: net.IPv6loopback, IfIndex: 1}).Marshal())
+	f.Fuzz(func(t *testing.T, oob []byte) {
+		r := replyOOB(oob)
+		if r == nil {
+			return
+		}
+		if (&ipv4.ControlMessage{}).Parse(r) != nil && (&ipv6.ControlMessage{}).Parse(r) != nil {
+			t.Fatalf("reply control message %x does not parse", r)
+		}
+	})
 }
