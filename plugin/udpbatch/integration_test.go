@@ -358,3 +358,24 @@ func queueFive(t *testing.T, srv *coretest.Server) (*client, *socket, func()) {
 	waitQueued(t, s, 5)
 	return c, s, release
 }
+
+// With multisocket, each listener socket has its own queue and sender, and answers from both.
+func TestIntegrationMultisocket(t *testing.T) {
+	srv := coretest.Start(t, `example.org:0 {
+	bind 127.0.0.1
+	multisocket 2
+	udpbatch
+	file `+zone(t)+`
+}`)
+	c := newClient(t, "127.0.0.1")
+	c.exchange(addrPort(t, srv.UDP), query(t, 1, "www.example.org.", dns.TypeA, false))
+	socks := sockets(t, srv.Instance(), 2)
+	if len(socks) != 2 || socks[0] == socks[1] {
+		t.Fatalf("%d sockets, want 2 of their own", len(socks))
+	}
+	for i := range 40 {
+		if b, _ := c.exchange(addrPort(t, srv.UDP), query(t, uint16(i), "www.example.org.", dns.TypeA, false)); len(b) == 0 {
+			t.Fatal("empty answer")
+		}
+	}
+}
