@@ -1,26 +1,18 @@
 package udpbatch
 
 import (
-	"bytes"
+	"context"
+	"errors"
 	"net"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 
-	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 
 	"github.com/miekg/dns"
 	dto "github.com/prometheus/client_model/go"
 )
-
-func answerA(w dns.ResponseWriter, r *dns.Msg) {
-	m := new(dns.Msg)
-	m.SetReply(r)
-	m.Authoritative = true
-	m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: r.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: net.IPv4(192, 0, 2, 1)})
-	w.WriteMsg(m)
-}
 
 // A wildcard listener (no bind: every local address) answers each client from the address the
 // client asked, IPv4 and IPv6, also when the answers leave together in one sendmmsg: each carries
@@ -102,102 +94,91 @@ func TestBatchMax(t *testing.T) {
 	}
 }
 
-// The queued path sends the bytes miekg/dns packed, untouched, though the caller reuses its
-// buffer as soon as Write returns (io.Writer must not retain it).
-func TestBatchCopiesAnswer(t *testing.T) {
-	var (
-		mu   sync.Mutex
-		want []byte
-	)
-	cs := newCaptureServer(t, func(_ dns.ResponseWriter, r *dns.Msg, dw dns.Writer) {
-		m := new(dns.Msg)
-		m.SetReply(r)
-		m.Answer = append(m.Answer, &dns.TXT{Hdr: dns.RR_Header{Name: r.Question[0].Name, Rrtype: dns.TypeTXT, Class: dns.ClassINET, Ttl: 60}, Txt: []string{"queued"}})
-		b, _ := m.Pack()
-		mu.Lock()
-		want = append([]byte(nil), b...)
-		mu.Unlock()
-		// What WriteMsg does with the packed answer.
-		if n, err := dw.Write(b); n != len(b) || err != nil {
-			t.Errorf("Write = %d, %v", n, err)
-		}
-		clear(b)
-	})
-	s := cs.u.sockets[0]
-	release := hold(t, s)
-	c := newClient(t, "127.0.0.1")
-	c.send(cs.addr, query(t, 7, "t.example.", dns.TypeTXT, false))
-	waitQueued(t, s, 1)
-	release()
-	got, _ := c.receive()
-	mu.Lock()
-	defer mu.Unlock()
-	if !bytes.Equal(got, want) {
-		t.Fatalf("sent\n%x\nwant\n%x", got, want)
-	}
-}
-
-// After shutdown a write goes the way miekg/dns writes: on a closed socket it returns miekg/dns's
-// error, it does not panic, and a socket that starts serving afterwards is not decorated.
-func TestWriteAfterShutdown(t *testing.T) {
-	var (
-		mu   sync.Mutex
-		last dns.Writer
-	)
-	cs := newCaptureServer(t, func(_ dns.ResponseWriter, r *dns.Msg, dw dns.Writer) {
-		m := new(dns.Msg)
-		m.SetReply(r)
-		b, _ := m.Pack()
-		dw.Write(b)
-		mu.Lock()
-		last = dw
-		mu.Unlock()
-	})
-	c := newClient(t, "127.0.0.1")
-	c.exchange(cs.addr, query(t, 1, "a.example.", dns.TypeA, false))
-	cs.srv.Shutdown()
-	if err := cs.u.OnShutdown(); err != nil {
+// A handler whose answer is queued returns only once its batch has been sent: miekg/dns, which
+// waits for its handlers before it closes the socket on stop or reload, thereby waits for the
+// answers too, and nothing of udpbatch is left to send afterwards.
+func TestBatchHandlerReturnsAfterSend(t *testing.T) {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	dw := last
-	mu.Unlock()
-	if _, err := dw.Write([]byte{0, 1, 2}); err == nil || !strings.Contains(err.Error(), "closed") {
-		t.Errorf("write after shutdown: %v, want miekg/dns's error for a closed socket", err)
+	var s *socket
+	left := make(chan int, 1) // answers still queued when the handler's WriteMsg returned
+	_, s = miekgServer(t, pc, "returns-after-send", 64, func(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+		rc, err := answerA(ctx, w, r)
+		s.mu.Lock()
+		left <- len(s.pending.entries)
+		s.mu.Unlock()
+		return rc, err
+	})
+	c := newClient(t, "127.0.0.1")
+	release := hold(t, s)
+	c.send(pc.LocalAddr().(*net.UDPAddr).AddrPort(), query(t, 1, "a.example.", dns.TypeA, false))
+	waitQueued(t, s, 1)
+	release()
+	if n := <-left; n != 0 {
+		t.Errorf("the handler returned with its answer still queued (%d queued)", n)
 	}
-	if d := cs.u.decorator(&dnsserver.Server{Addr: "late"}); d != nil {
-		t.Error("a socket that starts after shutdown is decorated: nothing would stop its sender")
+	c.receive()
+}
+
+// After the server stopped (miekg/dns closed its socket), a write returns the error for a closed
+// socket to its handler, as miekg/dns's does, and does not panic.
+func TestWriteAfterShutdown(t *testing.T) {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writers := make(chan dns.ResponseWriter, 1)
+	_, s := miekgServer(t, pc, "after-shutdown", 64, func(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+		select {
+		case writers <- w:
+		default:
+		}
+		return answerA(ctx, w, r)
+	})
+	c := newClient(t, "127.0.0.1")
+	c.exchange(pc.LocalAddr().(*net.UDPAddr).AddrPort(), query(t, 1, "a.example.", dns.TypeA, false))
+	w := <-writers
+	waitIdle(t, s)
+	pc.Close()
+	if _, err := w.Write([]byte{0, 1, 2}); err == nil || !strings.Contains(err.Error(), "closed") {
+		t.Errorf("write after the socket closed: %v, want the error for a closed socket", err)
 	}
 }
 
-// A writer that is not miekg/dns's UDP writer (TCP, a PROXY protocol listener, another miekg/dns
-// version) is written to directly, unchanged.
-func TestUnknownWriterPassesThrough(t *testing.T) {
+// A writer that is not miekg/dns's UDP writer as udpbatch knows it (another miekg/dns version)
+// is not decorated: its answers are written as without udpbatch, and the log says batching is
+// off and why, once per socket.
+func TestUnknownWriterNotDecorated(t *testing.T) {
+	logs := coretest.CaptureLog(t)
 	s := newSocket("unknown", 8)
 	var fw fakeWriter
-	if n, err := s.write(&fw, []byte("abc")); n != 3 || err != nil || string(fw.got) != "abc" {
-		t.Fatalf("write = %d, %v; the writer got %q", n, err, fw.got)
+	for range 2 {
+		if w := s.decorate(&fw); w != dns.Writer(&fw) {
+			t.Fatalf("a foreign writer was decorated: %T", w)
+		}
 	}
-	if _, _, _, ok := session(&fw); ok {
-		t.Fatal("a foreign writer read as a miekg/dns session")
+	if n := logs.Count("Batching is off on unknown", "*udpbatch.fakeWriter", "as without udpbatch"); n != 1 {
+		t.Errorf("%d lines saying why batching is off, want 1:\n%s", n, logs)
 	}
 }
 
-type fakeWriter struct{ got []byte }
+type fakeWriter struct{ dns.ResponseWriter }
 
-func (f *fakeWriter) Write(b []byte) (int, error) {
-	f.got = append(f.got, b...)
-	return len(b), nil
-}
-
-// A sender that panics leaves the socket usable: it is no longer busy, what was queued is counted
-// as lost, later answers are written directly, and shutdown does not wait for ever.
+// A sender that panics leaves the socket usable: it is no longer busy, the handler of the answer
+// not sent gets an error, it is counted as lost, later answers are written directly.
 func TestSenderPanicRecovered(t *testing.T) {
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, s := miekgServer(t, pc, "panic", 8, answerA)
+	results := make(chan error, 2)
+	_, s := miekgServer(t, pc, "panic", 8, func(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+		rc, err := answerA(ctx, w, r)
+		results <- err
+		return rc, err
+	})
 	to := pc.LocalAddr().(*net.UDPAddr).AddrPort()
 	release := hold(t, s)
 	c := newClient(t, "127.0.0.1")
@@ -207,6 +188,9 @@ func TestSenderPanicRecovered(t *testing.T) {
 	var m0 dto.Metric
 	writeErrorsTotal.WithLabelValues(s.server).Write(&m0)
 	release()
+	if err := <-results; !errors.Is(err, errNotSent) {
+		t.Errorf("the handler of the answer not sent got %v, want %v", err, errNotSent)
+	}
 	s.mu.Lock()
 	off, busy := s.off, s.busy
 	s.mu.Unlock()
@@ -218,10 +202,11 @@ func TestSenderPanicRecovered(t *testing.T) {
 	if lost := m1.GetCounter().GetValue() - m0.GetCounter().GetValue(); lost != 1 {
 		t.Errorf("%v answers counted lost, want 1", lost)
 	}
+	direct := counter(t, s.server, "direct")
 	if _, from := c.exchange(to, query(t, 2, "a.example.", dns.TypeA, false)); from != to {
 		t.Errorf("answer from %s", from)
 	}
-	if err := u.OnShutdown(); err != nil {
-		t.Fatal(err)
+	if err := <-results; err != nil || counter(t, s.server, "direct") != direct+1 {
+		t.Errorf("after the panic: %v, direct writes %v -> %v, want a direct write", err, direct, counter(t, s.server, "direct"))
 	}
 }

@@ -145,21 +145,17 @@ func BenchmarkSend(b *testing.B) {
 	for _, n := range []int{1, 8, 64} {
 		b.Run(fmt.Sprintf("sendmmsg-%d", n), func(b *testing.B) {
 			s := newSocket(fmt.Sprintf("bench-send-%d", n), n)
-			s.mu.Lock()
-			ok := s.open(srv)
-			s.mu.Unlock()
-			if !ok {
-				b.Fatal("no duplicate socket")
-			}
-			defer s.close()
-			raddr, oob := sessionData(sess)
+			s.conn, s.pc = srv, ipv4.NewPacketConn(srv)
+			ap := sess.RemoteAddr().(*net.UDPAddr).AddrPort()
+			reply := replyOOB((&ipv4.ControlMessage{Dst: net.IPv4(127, 0, 0, 1), IfIndex: 1}).Marshal())
 			batch := make([]entry, n)
-			for i := range batch {
-				batch[i] = entry{buf: answer, addr: raddr, oob: replyOOB(oob)}
-			}
 			b.ResetTimer()
 			for i := 0; i < b.N; i += n {
-				s.send(batch[:min(n, b.N-i)])
+				es := batch[:min(n, b.N-i)]
+				for j := range es {
+					es[j] = entry{buf: answer, addr: ap, oob: reply}
+				}
+				s.send(es)
 			}
 		})
 	}

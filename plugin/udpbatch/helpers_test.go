@@ -1,15 +1,20 @@
 package udpbatch
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/plugin"
+	"github.com/coredns/coredns/request"
+	"github.com/coresteer/coresteer/plugin/pkg/chain"
 
 	"github.com/miekg/dns"
 	dto "github.com/prometheus/client_model/go"
@@ -82,10 +87,10 @@ func query(tb testing.TB, id uint16, name string, qtype uint16, edns bool) []byt
 	return b
 }
 
-// hold marks s busy as a sender would, so what comes next is queued and not sent; the returned
-// function sends it, as that sender. It waits for the socket to be idle first: the sender of an
-// answer the test already received may not have finished. If the test ends before it calls
-// release, cleanup does.
+// hold marks s busy as a sender would, so the answers written next are queued and their handlers
+// wait; the returned function sends them, as their sender. It waits for the socket to be idle
+// first: the sender of an answer the test already received may not have finished. If the test
+// ends before it calls release, cleanup does.
 func hold(tb testing.TB, s *socket) (release func()) {
 	tb.Helper()
 	waitFor(tb, s, "the socket to be idle", func() bool {
@@ -96,7 +101,13 @@ func hold(tb testing.TB, s *socket) (release func()) {
 		return true
 	})
 	var once sync.Once
-	release = func() { once.Do(s.flush) }
+	release = func() {
+		once.Do(func() {
+			s.mu.Lock()
+			s.sendPending()
+			s.mu.Unlock()
+		})
+	}
 	tb.Cleanup(release)
 	return release
 }
@@ -122,19 +133,13 @@ func waitFor(tb testing.TB, s *socket, what string, cond func() bool) {
 // waitQueued polls until n answers wait in s's queue.
 func waitQueued(tb testing.TB, s *socket, n int) {
 	tb.Helper()
-	waitFor(tb, s, fmt.Sprintf("%d answers queued", n), func() bool { return len(s.pending) == n })
+	waitFor(tb, s, fmt.Sprintf("%d answers queued", n), func() bool { return len(s.pending.entries) == n })
 }
 
 // waitIdle polls until s's sender is done: its metrics are then final.
 func waitIdle(tb testing.TB, s *socket) {
 	tb.Helper()
 	waitFor(tb, s, "the sender to finish", func() bool { return !s.busy })
-}
-
-// waitOff polls until s stopped batching (its instance is shutting down).
-func waitOff(tb testing.TB, s *socket) {
-	tb.Helper()
-	waitFor(tb, s, "the socket to shut down", func() bool { return s.off })
 }
 
 // sockets returns the sockets the udpbatch directives of inst decorate, polling until there are n
@@ -181,63 +186,46 @@ func counter(tb testing.TB, server, path string) float64 {
 	return m.GetCounter().GetValue()
 }
 
-// miekgServer serves handler on pc with udpbatch's writer decorator, as dnsserver does, and
-// returns the socket state.
-func miekgServer(tb testing.TB, pc net.PacketConn, name string, max int, handler dns.HandlerFunc) (*UDPBatch, *socket) {
+// miekgServer serves next on pc as dnsserver does: udpbatch's writer decorator on the socket, the
+// ResponseWriter wrapped in a ScrubWriter. It returns the directive and the socket state.
+func miekgServer(tb testing.TB, pc net.PacketConn, name string, max int, next plugin.HandlerFunc) (*UDPBatch, *socket) {
 	tb.Helper()
 	u := &UDPBatch{Max: max}
 	started := make(chan struct{})
-	srv := &dns.Server{PacketConn: pc, Handler: handler, NotifyStartedFunc: func() { close(started) },
-		DecorateWriter: u.decorator(&dnsserver.Server{Addr: name})}
+	srv := &dns.Server{PacketConn: pc, NotifyStartedFunc: func() { close(started) },
+		DecorateWriter: u.decorator(&dnsserver.Server{Addr: name}),
+		Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+			next(context.Background(), request.NewScrubWriter(r, w), r)
+		})}
 	go srv.ActivateAndServe()
 	<-started
 	tb.Cleanup(func() {
-		srv.Shutdown()
-		u.OnShutdown()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		srv.ShutdownContext(ctx)
 	})
 	return u, u.sockets[0]
 }
 
-// captureServer is a miekg/dns server whose handler also gets udpbatch's writer of its answer
-// (the one WriteMsg writes through), to write raw bytes through it.
-type captureServer struct {
-	u    *UDPBatch
-	srv  *dns.Server
-	addr netip.AddrPort
-
-	mu      sync.Mutex
-	writers map[any]dns.Writer // miekg/dns's writer (also the handler's ResponseWriter) -> ours
+// answerA answers with an A record, with WriteMsg.
+func answerA(_ context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+	m := new(dns.Msg)
+	m.SetReply(r)
+	m.Authoritative = true
+	m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: r.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: net.IPv4(192, 0, 2, 1)})
+	return dns.RcodeSuccess, w.WriteMsg(m)
 }
 
-func newCaptureServer(tb testing.TB, handle func(w dns.ResponseWriter, r *dns.Msg, dw dns.Writer)) *captureServer {
-	tb.Helper()
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
+// registerDirective registers a test directive whose setup is setup and puts it in the chain
+// right before the directive before, or last when before is "". Once per name and process.
+func registerDirective(name, before string, setup caddy.SetupFunc) {
+	plugin.Register(name, setup)
+	chain.Install()
+	d := slices.Clone(dnsserver.Directives)
+	if i := slices.Index(d, before); i >= 0 {
+		d = slices.Insert(d, i, name)
+	} else {
+		d = append(d, name)
 	}
-	cs := &captureServer{u: &UDPBatch{Max: defaultMax}, addr: pc.LocalAddr().(*net.UDPAddr).AddrPort(), writers: map[any]dns.Writer{}}
-	decorate := cs.u.decorator(&dnsserver.Server{Addr: "capture"})
-	started := make(chan struct{})
-	cs.srv = &dns.Server{PacketConn: pc, NotifyStartedFunc: func() { close(started) },
-		DecorateWriter: func(w dns.Writer) dns.Writer {
-			dw := decorate(w)
-			cs.mu.Lock()
-			cs.writers[w] = dw
-			cs.mu.Unlock()
-			return dw
-		},
-		Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
-			cs.mu.Lock()
-			dw := cs.writers[w]
-			delete(cs.writers, w)
-			cs.mu.Unlock()
-			handle(w, r, dw)
-		})}
-	go cs.srv.ActivateAndServe()
-	<-started
-	tb.Cleanup(func() {
-		cs.srv.Shutdown()
-		cs.u.OnShutdown()
-	})
-	return cs
+	dnsserver.Directives = d
 }

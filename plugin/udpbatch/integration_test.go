@@ -133,7 +133,8 @@ example.org:`+pp+` {
 
 // A server listening on every address (no bind, or bind 0.0.0.0) answers each client from the
 // address it asked: 127.0.0.2, 127.0.0.3 and ::1, when the socket is idle (the answer is written
-// at once) and when the answers are queued and leave together.
+// at once) and when the answers are queued and leave together. The port is the one the kernel
+// gave the wildcard listener (a port free on 127.0.0.1 may be taken on another address).
 func TestIntegrationSourceAddressWildcard(t *testing.T) {
 	z := zone(t)
 	for _, tc := range []struct {
@@ -144,13 +145,13 @@ func TestIntegrationSourceAddressWildcard(t *testing.T) {
 		{"bind 0.0.0.0", []string{"127.0.0.2", "127.0.0.3"}},
 	} {
 		t.Run(tc.bind, func(t *testing.T) {
-			port := coretest.FreePort(t)
-			srv := coretest.Start(t, `example.org:`+port+` {
+			srv := coretest.Start(t, `example.org:0 {
 	`+tc.bind+`
 	udpbatch
 	file `+z+`
 }`)
-			to := func(a string) netip.AddrPort { return addrPort(t, net.JoinHostPort(a, port)) }
+			port := addrPort(t, srv.UDP).Port()
+			to := func(a string) netip.AddrPort { return netip.AddrPortFrom(netip.MustParseAddr(a), port) }
 			from := func(a string) string {
 				if netip.MustParseAddr(a).Is6() {
 					return "::1"
@@ -182,9 +183,10 @@ func TestIntegrationSourceAddressWildcard(t *testing.T) {
 	}
 }
 
-// A burst of concurrent queries is answered in full, and every answer is counted on one of the
-// three paths. In flight at once: clients x window queries, well within the socket's receive
-// buffer, so the kernel drops none of them.
+// A burst of concurrent queries is answered in full, each answer once, every answer counted on
+// one of the three paths, and the answers are batched: some queued, more than one per sendmmsg on
+// average. In flight at once: clients x window queries, well within the socket's receive buffer,
+// so the kernel drops none of them.
 func TestIntegrationBurst(t *testing.T) {
 	srv := coretest.Start(t, `example.org:0 {
 	bind 127.0.0.1
@@ -195,10 +197,12 @@ func TestIntegrationBurst(t *testing.T) {
 	c := newClient(t, "127.0.0.1")
 	c.exchange(to, query(t, 1, "www.example.org.", dns.TypeA, false))
 	s := sockets(t, srv.Instance(), 1)[0]
+	waitIdle(t, s)
 	total := func() float64 {
 		return counter(t, s.server, "direct") + counter(t, s.server, "queued") + counter(t, s.server, "overflow")
 	}
-	before := total()
+	before, queued0 := total(), counter(t, s.server, "queued")
+	n0, sum0 := histogram(t, s)
 
 	const clients, window, each = 20, 5, 50
 	var (
@@ -235,6 +239,10 @@ func TestIntegrationBurst(t *testing.T) {
 					errs <- fmt.Errorf("bad answer %v: %v", &m, err)
 					return
 				}
+				if seen[m.Id] {
+					errs <- fmt.Errorf("client %d: answer %d twice", i, m.Id)
+					return
+				}
 				seen[m.Id] = true
 			}
 		})
@@ -244,13 +252,23 @@ func TestIntegrationBurst(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	waitIdle(t, s)
+	// Counted before they are sent: every answer received is counted. The batch sizes are
+	// observed once sendmmsg returned: final when the socket is idle.
 	if got := total() - before; got != clients*each {
 		t.Errorf("%v answers counted, want %d", got, clients*each)
 	}
+	waitIdle(t, s)
+	queued := counter(t, s.server, "queued") - queued0
 	n, sum := histogram(t, s)
-	t.Logf("direct %v, queued %v, overflow %v; %d sendmmsg calls carried %v answers", counter(t, s.server, "direct"),
-		counter(t, s.server, "queued"), counter(t, s.server, "overflow"), n, sum)
+	calls, sent := float64(n-n0), sum-sum0
+	t.Logf("direct %v, queued %v, overflow %v; %v sendmmsg calls carried %v answers", counter(t, s.server, "direct"),
+		queued, counter(t, s.server, "overflow"), calls, sent)
+	if queued == 0 || sent != queued {
+		t.Errorf("%v answers queued, %v sent by sendmmsg: want all queued ones sent, and some", queued, sent)
+	}
+	if calls == 0 || sent/calls <= 1 {
+		t.Errorf("%v answers in %v sendmmsg calls: no batching under load", sent, calls)
+	}
 }
 
 // TCP does not go through udpbatch: answered, and not counted.
@@ -277,9 +295,9 @@ func TestIntegrationTCPUnaffected(t *testing.T) {
 	}
 }
 
-// Answers queued when the server stops are still sent (miekg/dns closes its socket right after
-// the last handler returned; the sender writes on its own duplicate), later writes go the way
-// miekg/dns writes, and no goroutine of ours is left.
+// Answers queued when the server stops are sent before it closes its socket: their handlers wait
+// for them, and miekg/dns waits for its handlers (up to CoreDNS's grace time). Stop returns once
+// they are sent, and no goroutine of ours is left.
 func TestIntegrationShutdownSendsQueued(t *testing.T) {
 	defer goleak.VerifyNone(t, append(coretest.ServerLoops(), goleak.IgnoreCurrent())...)
 	srv, err := coretest.New(`example.org:0 {
@@ -290,13 +308,30 @@ func TestIntegrationShutdownSendsQueued(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, s, release := queueFive(t, srv)
+	tcp := srv.TCP
+	c, _, release := queueFive(t, srv)
 	stopped := make(chan struct{})
 	go func() {
 		srv.Stop()
 		close(stopped)
 	}()
-	waitOff(t, s) // shutdown began: the server stopped, miekg/dns closed its socket
+	// The TCP listener is closed: the stop began (the UDP server stops beside it).
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		conn, err := net.Dial("tcp", tcp)
+		if err != nil {
+			break
+		}
+		conn.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("the server does not stop")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case <-stopped:
+		t.Fatal("the server stopped with answers queued")
+	default:
+	}
 	release()
 	<-stopped
 	for range 5 {
@@ -322,10 +357,11 @@ func TestIntegrationReloadSendsQueued(t *testing.T) {
 	}
 	defer srv.Stop()
 	to := addrPort(t, srv.UDP)
-	c, s, release := queueFive(t, srv)
+	c, _, release := queueFive(t, srv)
 	reloaded := make(chan error, 1)
 	go func() { reloaded <- srv.Reload(corefile) }()
-	waitOff(t, s)
+	// The reload cannot complete before: the old server waits for the handlers of the queued
+	// answers. Whether it has reached that wait when they are sent or not, they are sent once.
 	release()
 	if err := <-reloaded; err != nil {
 		t.Fatal(err)
@@ -359,22 +395,53 @@ func queueFive(t *testing.T, srv *coretest.Server) (*client, *socket, func()) {
 	return c, s, release
 }
 
-// With multisocket, each listener socket has its own queue and sender, and answers from both.
+// With multisocket, each listener socket has its own queue and sender: answers queued on both
+// leave in one sendmmsg per socket, each on its own socket. 32 clients (each its own source port,
+// which SO_REUSEPORT hashes to a socket) leave a socket with fewer than two answers with a
+// probability below 1e-8.
 func TestIntegrationMultisocket(t *testing.T) {
-	srv := coretest.Start(t, `example.org:0 {
+	// A port of our own: with port 0 each socket of the group would get a port of its own.
+	srv := coretest.Start(t, `example.org:`+coretest.FreePort(t)+` {
 	bind 127.0.0.1
 	multisocket 2
 	udpbatch
 	file `+zone(t)+`
 }`)
-	c := newClient(t, "127.0.0.1")
-	c.exchange(addrPort(t, srv.UDP), query(t, 1, "www.example.org.", dns.TypeA, false))
+	to := addrPort(t, srv.UDP)
 	socks := sockets(t, srv.Instance(), 2)
 	if len(socks) != 2 || socks[0] == socks[1] {
 		t.Fatalf("%d sockets, want 2 of their own", len(socks))
 	}
-	for i := range 40 {
-		if b, _ := c.exchange(addrPort(t, srv.UDP), query(t, uint16(i), "www.example.org.", dns.TypeA, false)); len(b) == 0 {
+	const clients = 32
+	releases := make([]func(), 0, len(socks))
+	for _, s := range socks {
+		releases = append(releases, hold(t, s))
+	}
+	cs := make([]*client, clients)
+	for i := range cs {
+		cs[i] = newClient(t, "127.0.0.1")
+		cs[i].send(to, query(t, uint16(i), "www.example.org.", dns.TypeA, false))
+	}
+	waitFor(t, socks[0], "every answer queued", func() bool {
+		socks[1].mu.Lock()
+		defer socks[1].mu.Unlock()
+		return len(socks[0].pending.entries)+len(socks[1].pending.entries) == clients
+	})
+	// Both sockets have the same address, hence the same metric series: sent one after the
+	// other, each socket's batch shows as one sendmmsg call of its own answers.
+	for i, s := range socks {
+		s.mu.Lock()
+		queued := len(s.pending.entries)
+		s.mu.Unlock()
+		n0, sum0 := histogram(t, s)
+		releases[i]()
+		n, sum := histogram(t, s)
+		if queued < 2 || n-n0 != 1 || int(sum-sum0) != queued {
+			t.Errorf("socket %d: %d answers queued, sent in %d sendmmsg carrying %v: want one batch of its own, of 2 or more", i, queued, n-n0, sum-sum0)
+		}
+	}
+	for _, c := range cs {
+		if b, _ := c.receive(); len(b) == 0 {
 			t.Fatal("empty answer")
 		}
 	}

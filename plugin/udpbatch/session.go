@@ -11,23 +11,24 @@ import (
 	"golang.org/x/net/ipv6"
 )
 
-// miekg/dns keeps what a UDP answer needs in unexported fields of its response writer: the
-// listener socket (field udp) and the session (field udpSession: the client's address and the
-// control message that carried the address the query was sent to). It writes each answer with
-// WriteToSessionUDP, one sendmsg. To send several answers in one sendmmsg we read the same fields.
-// Their names and types are checked once per writer type; when they do not match (another
-// miekg/dns version), session reports false and every answer is written by miekg/dns as before.
+// miekg/dns exports what an answer needs but two things: the listener socket (field udp of its
+// response writer) and the control message that carried the address the query was sent to (field
+// context of the SessionUDP in field udpSession). Those are read here, and nothing else: the
+// client's address comes from the exported RemoteAddr. The fields' names and types are checked once per writer
+// type; when they do not match (another miekg/dns version), the writer is not decorated and
+// answers are written as without udpbatch.
 
 // layout is where the fields are in one writer type.
 type layout struct {
-	typ     reflect.Type // the writer type (*dns.response) the offsets belong to
+	typ     reflect.Type // the writer type (miekg/dns's *response) the offsets belong to
 	ok      bool         // the fields exist with the expected types
 	udp     uintptr      // offset of udp (net.PacketConn)
 	session uintptr      // offset of udpSession (*dns.SessionUDP)
 }
 
-// lastLayout is the layout of the last writer type seen: in a process there is one.
-var lastLayout atomic.Pointer[layout]
+// known is the layout of miekg/dns's UDP writer, once checked and found to match; unknown is the
+// last writer type found not to. In a process there is one writer type.
+var known, unknown atomic.Pointer[layout]
 
 // sessionContext is the offset of SessionUDP.context (the control message received with the
 // query), and whether that field exists with that type.
@@ -41,9 +42,10 @@ func fieldOffset(t reflect.Type, name string, want reflect.Type) (uintptr, bool)
 	return f.Offset, true
 }
 
+// layoutOf checks the fields of writer type t.
 func layoutOf(t reflect.Type) *layout {
 	l := &layout{typ: t}
-	if t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct || !sessionContextOK {
+	if t == nil || t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct || !sessionContextOK {
 		return l
 	}
 	udp, ok1 := fieldOffset(t.Elem(), "udp", reflect.TypeFor[net.PacketConn]())
@@ -52,40 +54,45 @@ func layoutOf(t reflect.Type) *layout {
 	return l
 }
 
-// session returns the listener socket, the client's address and the received control message of
-// the answer w writes, or false when w is not a miekg/dns UDP writer on a *net.UDPConn (a TCP
-// writer, a PROXY protocol listener, an unknown miekg/dns version).
-func session(w dns.Writer) (conn *net.UDPConn, raddr net.Addr, oob []byte, ok bool) {
+// layoutFor returns the layout of w's type, checked once per type.
+func layoutFor(w any) *layout {
 	t := reflect.TypeOf(w)
-	l := lastLayout.Load()
-	if l == nil || l.typ != t {
-		l = layoutOf(t)
-		lastLayout.Store(l)
-		if !l.ok {
-			log.Warningf("Unknown miekg/dns writer %v: answers are written one by one", t)
-		}
+	if l := known.Load(); l != nil && l.typ == t {
+		return l
 	}
-	if !l.ok {
-		return nil, nil, nil, false
+	if l := unknown.Load(); l != nil && l.typ == t {
+		return l
 	}
-	p := reflect.ValueOf(w).UnsafePointer()
-	if p == nil {
-		return nil, nil, nil, false
+	l := layoutOf(t)
+	if l.ok {
+		known.Store(l)
+	} else {
+		unknown.Store(l)
 	}
-	pc := *(*net.PacketConn)(unsafe.Add(p, l.udp))
-	s := *(**dns.SessionUDP)(unsafe.Add(p, l.session))
-	conn, isUDP := pc.(*net.UDPConn)
-	if !isUDP || s == nil {
-		return nil, nil, nil, false
-	}
-	raddr, oob = sessionData(s)
-	return conn, raddr, oob, true
+	return l
 }
 
-// sessionData returns the client's address and the received control message of s. Only when
-// sessionContextOK.
-func sessionData(s *dns.SessionUDP) (net.Addr, []byte) {
-	return s.RemoteAddr(), *(*[]byte)(unsafe.Add(unsafe.Pointer(s), sessionContext))
+// field returns a pointer to the field at offset of the struct w points to. Only for a w whose
+// layout is ok.
+func field[T any](w any, offset uintptr) *T {
+	return (*T)(unsafe.Add(reflect.ValueOf(w).UnsafePointer(), offset))
+}
+
+// conn returns the listener socket miekg/dns's writer w (of layout l) answers on, or nil when
+// it is no *net.UDPConn (a PROXY protocol listener, a TCP writer).
+func (l *layout) conn(w dns.ResponseWriter) *net.UDPConn {
+	c, _ := (*field[net.PacketConn](w, l.udp)).(*net.UDPConn)
+	return c
+}
+
+// oob returns the control message received with the query miekg/dns's writer w answers. It is
+// miekg/dns's: valid while the handler runs, not to be kept.
+func (l *layout) oob(w dns.ResponseWriter) []byte {
+	s := *field[*dns.SessionUDP](w, l.session)
+	if s == nil {
+		return nil
+	}
+	return *(*[]byte)(unsafe.Add(unsafe.Pointer(s), sessionContext))
 }
 
 // replyOOB is the control message of an answer to a query received with oob: the query's

@@ -3,62 +3,77 @@ package udpbatch
 import (
 	"errors"
 	"net"
+	"net/netip"
 	"runtime"
 	"sync"
 	"time"
 
-	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/net/ipv4"
 )
 
-// Answers waiting for the sender, per socket, beyond which a handler writes its own answer as
-// miekg/dns does: memory stays bounded and an overloaded socket degrades to stock behaviour.
+// Answers waiting for a sender, per socket, beyond which a handler writes its own answer as
+// miekg/dns does. Each waiting answer is a handler waiting: the bound keeps one batch's wait
+// (and the arrays behind it) bounded.
 const queueLimit = 1024
-
-// An answer kept under this many bytes keeps its slot's buffer for the next one; a larger one
-// (rare over UDP) gets its own, freed once sent.
-const keepBuffer = 2048
 
 // Distinct received control messages (one per local address a wildcard listener is asked on)
 // whose reply control message is remembered.
 const oobCacheSize = 64
 
-// socket batches the answers of one UDP listener socket. Every answer is queued; the handler
-// that finds no sender becomes it (no timer, no hand-off to another goroutine): it lets the
-// handlers already runnable queue theirs, then sends the queue, max answers per sendmmsg. Idle,
-// a batch is one answer sent at once; under load batches grow with the load.
+// socket batches the answers of one UDP listener socket, by group commit: a handler queues its
+// answer and waits until it has been sent. The handler that finds no one sending becomes the
+// sender: it sends what is queued with sendmmsg (max answers per call), tells each waiting
+// handler how its answer fared, and hands the answers queued meanwhile to one of their handlers.
+// No goroutine, no timer, no descriptor of its own: every answer is sent by a handler of its
+// batch while miekg/dns waits for that handler, on miekg/dns's own socket.
 type socket struct {
 	server string
 	max    int
 	m      socketMetrics
+	yield  func() // runtime.Gosched; tests count the calls
 
 	mu      sync.Mutex
-	idle    sync.Cond // signalled when busy turns false on a closed socket
-	busy    bool      // a sender (a handler or the sender goroutine) sends the queue
-	off     bool      // write directly: the instance shut down, or the sender failed
-	pending []entry   // answers waiting for the sender
-	spare   []entry   // the sender's previous batch: its buffers are reused
-	src     *net.UDPConn
+	busy    bool     // a handler is sending a batch
+	off     bool     // a sender panicked: answers are written directly from then on
+	pending *batch   // answers waiting for a sender
+	free    []*batch // sent batches whose handlers all read their result
+	conn    *net.UDPConn
+	pc      *ipv4.PacketConn  // conn, for WriteBatch
 	oobs    map[string][]byte // received control message -> reply control message
-	senders sync.WaitGroup
+	warned  bool              // the line saying why batching is off was logged
 
-	out *net.UDPConn // our duplicate of src: queued answers still go out after miekg/dns closed src
-	pc  *ipv4.PacketConn
-
-	// Owned by the sender (whoever holds busy).
-	msgs    []ipv4.Message
-	sending int // answers of the batch being sent not sent yet
-	errs    errorLog
+	// Owned by the sender (whoever set busy).
+	msgs []ipv4.Message
+	errs errorLog
 }
 
-var errNoProgress = errors.New("sendmmsg sent nothing")
+// batch is the answers one sender sends, and what their handlers wait on.
+type batch struct {
+	entries []entry
+	// cond (L is the socket's mu) is broadcast when the batch has been sent, and signalled when
+	// the batch waits for one of its handlers to send it.
+	cond   sync.Cond
+	sent   bool
+	unread int // handlers that have not read their result yet
+}
 
+// entry is one queued answer. Nothing of miekg/dns's session is kept: the client's address is
+// copied, and the reply control message is ours.
 type entry struct {
-	buf  []byte
-	addr net.Addr
+	buf  []byte // the handler's packed answer; valid until its Write returns
+	addr netip.AddrPort
 	oob  []byte
+	err  error // the result, set by the sender
+
+	ua net.UDPAddr // addr, as WriteBatch takes it; set by the sender
+	ip [16]byte    // ua.IP's array
 }
+
+var (
+	errNoProgress = errors.New("sendmmsg sent nothing")
+	errNotSent    = errors.New("udpbatch: answer not sent: its sender failed")
+)
 
 type socketMetrics struct {
 	direct, queued, overflow, errors prometheus.Counter
@@ -67,12 +82,11 @@ type socketMetrics struct {
 
 func newSocket(server string, max int) *socket {
 	s := &socket{
-		server:  server,
-		max:     max,
-		pending: make([]entry, 0, queueLimit),
-		spare:   make([]entry, 0, queueLimit),
-		oobs:    make(map[string][]byte),
-		msgs:    make([]ipv4.Message, max),
+		server: server,
+		max:    max,
+		yield:  runtime.Gosched,
+		oobs:   make(map[string][]byte),
+		msgs:   make([]ipv4.Message, max),
 		m: socketMetrics{
 			direct:   writesTotal.WithLabelValues(server, "direct"),
 			queued:   writesTotal.WithLabelValues(server, "queued"),
@@ -81,52 +95,117 @@ func newSocket(server string, max int) *socket {
 			sizes:    batchSize.WithLabelValues(server),
 		},
 	}
-	s.idle.L = &s.mu
+	s.pending = s.newBatch()
 	for i := range s.msgs {
 		s.msgs[i].Buffers = make([][]byte, 1)
 	}
 	return s
 }
 
-// write queues the packed answer b that miekg/dns's writer w would write. The writer that finds
-// no one sending becomes the sender: it yields the processor once, so the handlers already
-// runnable queue their answers (on one processor they run now; on several they run meanwhile),
-// then sends what is queued with one sendmmsg. Idle, that is its own answer alone, sent at once.
-func (s *socket) write(w dns.Writer, b []byte) (int, error) {
-	conn, raddr, oob, ok := session(w)
+// newBatch returns an empty batch, reusing a sent one when all its handlers are done with it.
+// Called with mu held.
+func (s *socket) newBatch() *batch {
+	if n := len(s.free); n > 0 {
+		b := s.free[n-1]
+		s.free = s.free[:n-1]
+		return b
+	}
+	b := &batch{entries: make([]entry, 0, s.max)}
+	b.cond.L = &s.mu
+	return b
+}
+
+// write sends the packed answer b of w's query, in a batch, and returns when it has been sent
+// (or could not be), with its own result, as miekg/dns's Write does.
+func (s *socket) write(w *writer, b []byte) (int, error) {
+	conn := w.l.conn(w.ResponseWriter)
+	ua, _ := w.RemoteAddr().(*net.UDPAddr)
 	s.mu.Lock()
 	switch {
-	case !ok || s.off || (s.src != nil && conn != s.src):
+	case s.off || conn == nil || ua == nil || (s.conn != nil && conn != s.conn):
+		s.directLocked(conn == nil)
 		s.mu.Unlock()
-		s.m.direct.Inc()
-		return w.Write(b)
-	case len(s.pending) == cap(s.pending):
+		return w.ResponseWriter.Write(b)
+	case len(s.pending.entries) == queueLimit:
 		s.mu.Unlock()
 		s.m.overflow.Inc()
-		return w.Write(b)
-	case s.pc == nil && !s.open(conn):
-		s.mu.Unlock()
-		s.m.direct.Inc()
-		return w.Write(b)
+		return w.ResponseWriter.Write(b)
+	case s.conn == nil:
+		s.conn, s.pc = conn, ipv4.NewPacketConn(conn)
 	}
-	n := len(s.pending)
-	s.pending = s.pending[:n+1]
-	e := &s.pending[n]
-	if cap(e.buf) >= len(b) {
-		e.buf = append(e.buf[:0], b...)
-	} else {
-		e.buf = append([]byte(nil), b...)
-	}
-	e.addr, e.oob = raddr, s.replyOOB(oob)
-	send := !s.busy
-	s.busy = true
-	s.mu.Unlock()
+	bt := s.pending
+	i := len(bt.entries)
+	bt.entries = append(bt.entries, entry{buf: b, addr: ua.AddrPort(), oob: s.replyOOB(w.l.oob(w.ResponseWriter)), err: errNotSent})
+	// Counted before it is sent: a client that has its answer sees it counted.
 	s.m.queued.Inc()
-	if send {
-		runtime.Gosched()
-		s.flush()
+	if !s.busy {
+		s.busy = true
+		// Let the handlers already runnable queue their answers first (on one processor they
+		// run now, on several meanwhile).
+		s.mu.Unlock()
+		s.yield()
+		s.mu.Lock()
+		s.sendPending()
+	}
+	for !bt.sent {
+		if !s.busy && s.pending == bt {
+			// The previous sender is done and handed this batch on: send it.
+			s.busy = true
+			s.sendPending()
+			break
+		}
+		bt.cond.Wait()
+	}
+	err := bt.entries[i].err
+	s.release(bt)
+	s.mu.Unlock()
+	if err != nil {
+		return 0, err
 	}
 	return len(b), nil
+}
+
+// directLocked counts an answer its handler writes itself, and says once per socket why, when
+// the socket is one that cannot be batched.
+func (s *socket) directLocked(proxied bool) {
+	s.m.direct.Inc()
+	if proxied && !s.warned {
+		s.warned = true
+		log.Infof("Batching is off on %s: its listener is no plain UDP socket (PROXY protocol?); answers are written one by one, as without udpbatch", s.server)
+	}
+}
+
+// sendPending sends the pending batch as its sender. Called with mu held and busy set by the
+// caller; returns with mu held and busy cleared, the batch's handlers woken, and the answers
+// queued meanwhile handed to one of their handlers.
+func (s *socket) sendPending() {
+	bt := s.pending
+	s.pending = s.newBatch()
+	bt.unread = len(bt.entries)
+	s.mu.Unlock()
+	s.sendRecovering(bt.entries)
+	s.mu.Lock()
+	bt.sent = true
+	s.busy = false
+	bt.cond.Broadcast()
+	if len(s.pending.entries) > 0 {
+		s.pending.cond.Signal()
+	}
+}
+
+// release records that a handler of bt has read its result; the last one gives bt back.
+// Called with mu held.
+func (s *socket) release(bt *batch) {
+	bt.unread--
+	if bt.unread > 0 {
+		return
+	}
+	for i := range bt.entries {
+		bt.entries[i] = entry{}
+	}
+	bt.entries = bt.entries[:0]
+	bt.sent = false
+	s.free = append(s.free, bt)
 }
 
 // replyOOB returns replyOOB(oob), remembered per socket: a listener is asked on few addresses.
@@ -142,161 +221,84 @@ func (s *socket) replyOOB(oob []byte) []byte {
 	return r
 }
 
-// flush sends the queue as its sender, in the handler goroutine that became it: two rounds at
-// most (its own, and what queued during it), then a sender goroutine takes over and the handler
-// returns.
-func (s *socket) flush() {
-	defer s.recoverSender()
-	if s.drain(2) {
-		return
-	}
-	s.mu.Lock()
-	if s.off {
-		// Shutting down: nobody starts a goroutine now; drain here.
-		s.mu.Unlock()
-		s.drain(-1)
-		return
-	}
-	s.senders.Add(1)
-	s.mu.Unlock()
-	go s.sender()
-}
-
-// setIdle clears busy. Called with mu held.
-func (s *socket) setIdle() {
-	s.busy = false
-	if s.off {
-		s.idle.Broadcast()
-	}
-}
-
-func (s *socket) sender() {
-	defer s.senders.Done()
-	defer s.recoverSender()
-	s.drain(-1)
-}
-
-// recoverSender keeps a panicking sender from taking the server down, or leaving the socket busy
-// for ever: answers are written directly from then on, and what was queued is counted as lost.
-func (s *socket) recoverSender() {
-	r := recover()
-	if r == nil {
-		return
-	}
-	log.Errorf("Recovered panic in the UDP sender of %s, answers are written one by one from now on: %v", s.server, r)
-	s.mu.Lock()
-	lost := len(s.pending) + s.sending
-	s.pending, s.sending = s.pending[:0], 0
-	s.off = true
-	s.setIdle()
-	s.mu.Unlock()
-	s.m.errors.Add(float64(lost))
-}
-
-// drain sends what is queued, a round (all that is queued) at a time. It returns true, with busy
-// cleared, once the queue is empty, or false, busy kept, when rounds rounds were sent and more
-// is queued (rounds < 0: no limit).
-func (s *socket) drain(rounds int) bool {
-	s.mu.Lock()
-	for i := 0; len(s.pending) > 0; i++ {
-		if i == rounds {
-			s.mu.Unlock()
-			return false
+// sendRecovering sends es, max answers per sendmmsg. A panic does not take the server down or
+// leave handlers waiting for ever: the answers not sent fail, later ones are written directly.
+func (s *socket) sendRecovering(es []entry) {
+	defer func() {
+		r := recover()
+		if r == nil {
+			return
 		}
-		batch := s.pending
-		s.pending = s.spare[:0]
-		s.mu.Unlock()
-
-		s.sending = len(batch)
-		for rest := batch; len(rest) > 0; {
-			n := min(len(rest), s.max)
-			s.send(rest[:n])
-			rest = rest[n:]
-			s.sending -= n
+		log.Errorf("Recovered panic in the UDP sender of %s, answers are written one by one from now on: %v", s.server, r)
+		lost := 0
+		for i := range es {
+			if es[i].err == errNotSent {
+				lost++
+			}
 		}
-		s.spare = recycle(batch)
+		s.m.errors.Add(float64(lost))
 		s.mu.Lock()
+		s.off = true
+		s.mu.Unlock()
+	}()
+	for len(es) > 0 {
+		n := min(len(es), s.max)
+		s.send(es[:n])
+		es = es[n:]
 	}
-	s.setIdle()
-	s.mu.Unlock()
-	return true
 }
 
-// recycle drops the references a sent batch holds and returns its backing array for reuse.
-func recycle(sent []entry) []entry {
-	for i := range sent {
-		e := &sent[i]
-		e.addr, e.oob = nil, nil
-		if cap(e.buf) > keepBuffer {
-			e.buf = nil
+// send writes up to max answers with sendmmsg and sets each one's result.
+func (s *socket) send(es []entry) {
+	ms := s.msgs[:len(es)]
+	for i := range es {
+		e := &es[i]
+		a := e.addr.Addr()
+		e.ip = a.As16()
+		e.ua.IP = e.ip[:]
+		if a.Is4() {
+			e.ua.IP = e.ip[12:]
 		}
+		e.ua.Port, e.ua.Zone = int(e.addr.Port()), a.Zone()
+		ms[i].Buffers[0], ms[i].OOB, ms[i].Addr = e.buf, e.oob, &e.ua
 	}
-	return sent[:0]
-}
-
-// send writes up to max answers with sendmmsg.
-func (s *socket) send(batch []entry) {
-	ms := s.msgs[:len(batch)]
-	for i, e := range batch {
-		ms[i].Buffers[0], ms[i].OOB, ms[i].Addr = e.buf, e.oob, e.addr
-	}
-	for len(ms) > 0 {
-		n, err := s.pc.WriteBatch(ms, 0)
+	for k := 0; k < len(ms); {
+		n, err := s.pc.WriteBatch(ms[k:], 0)
 		if err == nil && n <= 0 {
 			err = errNoProgress
 		}
-		if err != nil {
-			// sendmmsg fails only when its first message cannot be sent: that answer is lost,
-			// the rest are tried again.
-			s.failed(err)
-			n = 1
-		} else {
+		switch {
+		case err == nil:
 			s.m.sizes.Observe(float64(n))
+			for i := k; i < k+n; i++ {
+				es[i].err = nil
+			}
+			k += n
+		case errors.Is(err, net.ErrClosed):
+			// The server gave up waiting for its handlers (its grace time) and closed the
+			// socket: nothing more can be sent.
+			for i := k; i < len(es); i++ {
+				es[i].err = err
+				s.failed(err)
+			}
+			k = len(ms)
+		default:
+			// sendmmsg fails only when its first message cannot be sent: that answer fails,
+			// the rest are tried again.
+			es[k].err = err
+			s.failed(err)
+			k++
 		}
-		ms = ms[n:]
 	}
-	for i := range batch {
-		s.msgs[i].Buffers[0], s.msgs[i].OOB, s.msgs[i].Addr = nil, nil, nil
+	for i := range ms {
+		ms[i].Buffers[0], ms[i].OOB, ms[i].Addr = nil, nil, nil
 	}
 }
 
-// open duplicates miekg/dns's socket src for the sender, at the first answer queued. The
-// duplicate is the same socket (same bound address and port, same options), but miekg/dns closing
-// its descriptor when the server stops, right after the last handler returned, does not close
-// ours: queued answers still go out, also on a reload that hands the socket to the next instance.
-// When it cannot be had, the socket is not batched. Called with mu held.
-func (s *socket) open(src *net.UDPConn) bool {
-	out, err := duplicate(src)
-	if err != nil {
-		log.Warningf("Cannot duplicate the UDP socket of %s, answers are written one by one: %v", s.server, err)
-		s.off = true
-		return false
-	}
-	s.src, s.out, s.pc = src, out, ipv4.NewPacketConn(out)
-	return true
-}
-
-// failed counts and logs an answer the sender could not send.
+// failed counts and logs an answer that could not be sent.
 func (s *socket) failed(err error) {
 	s.m.errors.Inc()
 	s.errs.log(s.server, err)
-}
-
-// close stops batching: later answers are written directly, what is queued is sent, and the
-// duplicate socket is closed once the sender is done.
-func (s *socket) close() {
-	s.mu.Lock()
-	s.off = true
-	for s.busy {
-		s.idle.Wait()
-	}
-	out := s.out
-	s.out, s.pc = nil, nil
-	s.mu.Unlock()
-	s.senders.Wait()
-	if out != nil {
-		out.Close()
-	}
 }
 
 // errorLog logs send failures at most once a second per socket, with how many there were.
