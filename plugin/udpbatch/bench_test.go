@@ -4,8 +4,12 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"runtime"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 
@@ -159,4 +163,87 @@ func BenchmarkSend(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkLatency is the round trip of queries at a fixed rate of 2,000 a second, with and
+// without udpbatch (the low-load bound: batching may not add latency there), reported as
+// the median and the 99th percentile in microseconds. Two clients each send one query per
+// millisecond (the runtime's timers are not finer), half a millisecond apart, and wait for its
+// answer: the server sees a query every 0.5 ms, alone. ns/op is the pacing.
+//
+//	go test -run '^$' -bench 'BenchmarkLatency$' -benchtime 4000x ./plugin/udpbatch/
+func BenchmarkLatency(b *testing.B) {
+	for _, bc := range benchConfigs {
+		b.Run(bc.name, func(b *testing.B) { latency(b, bc.directive, 2) })
+	}
+}
+
+// BenchmarkLatencyContended is BenchmarkLatency on one processor with a goroutine that keeps it
+// busy (a GC worker, a zone reload; a pod limited to one CPU): a sender that yielded would wait
+// behind it for a time slice (10 ms) more. One client, one query at a time: it runs in the same
+// process and waits for the processor too, so both configurations pay the same for that; compare
+// the two lines.
+//
+//	go test -run '^$' -bench 'BenchmarkLatencyContended' -benchtime 200x ./plugin/udpbatch/
+func BenchmarkLatencyContended(b *testing.B) {
+	for _, bc := range benchConfigs {
+		b.Run(bc.name, func(b *testing.B) {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+			var stop atomic.Bool
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for x := 0; !stop.Load(); x++ {
+				}
+			}()
+			defer func() {
+				stop.Store(true)
+				<-done
+			}()
+			latency(b, bc.directive, 1)
+		})
+	}
+}
+
+// latency measures round trips from n clients, each sending a query per millisecond, 1/n ms
+// apart.
+func latency(b *testing.B, directive string, n int) {
+	b.Helper()
+	to, _ := benchServer(b, directive)
+	q := query(b, 1, "www.example.org.", dns.TypeA, false)
+	clients := make([]*client, n)
+	for i := range clients {
+		clients[i] = newClient(b, "127.0.0.1")
+		clients[i].exchange(to, q)
+	}
+	rtts := make([][]time.Duration, len(clients))
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for i, c := range clients {
+		wg.Go(func() {
+			time.Sleep(time.Duration(i) * time.Millisecond / time.Duration(n))
+			tick := time.NewTicker(time.Millisecond)
+			defer tick.Stop()
+			for range b.N / len(clients) {
+				<-tick.C
+				start := time.Now()
+				c.send(to, q)
+				if _, _, err := c.read(); err != nil {
+					b.Error(err)
+					return
+				}
+				rtts[i] = append(rtts[i], time.Since(start))
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	all := slices.Concat(rtts...)
+	if len(all) == 0 {
+		return
+	}
+	slices.Sort(all)
+	us := func(p float64) float64 { return float64(all[int(p*float64(len(all)-1))]) / float64(time.Microsecond) }
+	b.ReportMetric(us(0.5), "p50-µs")
+	b.ReportMetric(us(0.99), "p99-µs")
 }

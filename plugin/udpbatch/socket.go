@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"runtime"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,6 +35,10 @@ type socket struct {
 	m      socketMetrics
 	yield  func() // runtime.Gosched; tests count the calls
 
+	// arrivals counts the queries of this socket whose writer was decorated: a sender compares
+	// it with its own query's number to see whether others came in while it was handled.
+	arrivals atomic.Uint64
+
 	mu      sync.Mutex
 	busy    bool     // a handler is sending a batch
 	off     bool     // a sender panicked: answers are written directly from then on
@@ -44,8 +50,14 @@ type socket struct {
 	warned  bool              // the line saying why batching is off was logged
 
 	// Owned by the sender (whoever set busy).
-	msgs []ipv4.Message
-	errs errorLog
+	msgs    []ipv4.Message
+	errs    errorLog
+	backoff int // senders that will not yield after the next useless yield
+	skip    int // senders left that do not yield
+	rc      syscall.RawConn
+	inqFn   func(fd uintptr) // reads the receive queue's next datagram size into inq
+	inq     int
+	inqErr  error
 }
 
 // batch is the answers one sender sends, and what their handlers wait on.
@@ -132,6 +144,7 @@ func (s *socket) write(w *writer, b []byte) (int, error) {
 		return w.ResponseWriter.Write(b)
 	case s.conn == nil:
 		s.conn, s.pc = conn, ipv4.NewPacketConn(conn)
+		s.rc, _ = conn.SyscallConn()
 	}
 	bt := s.pending
 	i := len(bt.entries)
@@ -140,11 +153,15 @@ func (s *socket) write(w *writer, b []byte) (int, error) {
 	s.m.queued.Inc()
 	if !s.busy {
 		s.busy = true
-		// Let the handlers already runnable queue their answers first (on one processor they
-		// run now, on several meanwhile).
 		s.mu.Unlock()
-		s.yield()
+		yield := s.wantYield(w.seq)
+		if yield {
+			s.yield()
+		}
 		s.mu.Lock()
+		if yield {
+			s.yielded(len(bt.entries) - 1)
+		}
 		s.sendPending()
 	}
 	for !bt.sent {
@@ -182,6 +199,10 @@ func (s *socket) sendPending() {
 	bt := s.pending
 	s.pending = s.newBatch()
 	bt.unread = len(bt.entries)
+	if len(bt.entries) > 1 {
+		// Answers queue by themselves: let the next senders yield again.
+		s.backoff, s.skip = 0, 0
+	}
 	s.mu.Unlock()
 	s.sendRecovering(bt.entries)
 	s.mu.Lock()

@@ -8,8 +8,9 @@ import (
 // other methods it keeps.
 type writer struct {
 	dns.ResponseWriter
-	s *socket
-	l *layout // of the embedded writer's type
+	s   *socket
+	l   *layout // of the embedded writer's type
+	seq uint64  // this query's number among the socket's arrivals
 }
 
 // Write implements dns.Writer: miekg/dns's WriteMsg calls it with the packed answer.
@@ -28,5 +29,5 @@ func (s *socket) decorate(w dns.Writer) dns.Writer {
 		s.mu.Unlock()
 		return w
 	}
-	return &writer{ResponseWriter: rw, s: s, l: l}
+	return &writer{ResponseWriter: rw, s: s, l: l, seq: s.arrivals.Add(1)}
 }
