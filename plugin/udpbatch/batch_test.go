@@ -1,11 +1,14 @@
 package udpbatch
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net"
 	"net/netip"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
@@ -94,6 +97,66 @@ func TestBatchMax(t *testing.T) {
 	}
 }
 
+// A handler that answers with the ResponseWriter's Write (packed bytes, as routingpolicy's
+// pre-packed answers are written) goes through the batch too: udpbatch's ServeDNS puts its writer
+// under dnsserver's ScrubWriter. The answers leave in one sendmmsg, each byte for byte what its
+// handler wrote, though every handler clears its buffer as soon as Write returns (Write returns
+// once the answer is sent, so the bytes need no copy).
+func TestBatchWriteBytes(t *testing.T) {
+	var (
+		mu      sync.Mutex
+		written = map[uint16][]byte{}
+	)
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, s := miekgServer(t, pc, "write-bytes", 64, func(_ context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+		m := new(dns.Msg)
+		m.SetReply(r)
+		m.Answer = append(m.Answer, &dns.TXT{Hdr: dns.RR_Header{Name: r.Question[0].Name, Rrtype: dns.TypeTXT, Class: dns.ClassINET, Ttl: 60}, Txt: []string{"packed"}})
+		b, err := m.Pack()
+		if err != nil {
+			return dns.RcodeServerFailure, err
+		}
+		mu.Lock()
+		written[r.Id] = append([]byte(nil), b...)
+		mu.Unlock()
+		n, err := w.Write(b)
+		if n != len(b) || err != nil {
+			t.Errorf("Write = %d, %v", n, err)
+		}
+		clear(b)
+		return dns.RcodeSuccess, nil
+	})
+	to := pc.LocalAddr().(*net.UDPAddr).AddrPort()
+	c := newClient(t, "127.0.0.1")
+	release := hold(t, s)
+	for i := range 5 {
+		c.send(to, query(t, uint16(i+1), "t.example.", dns.TypeTXT, false))
+	}
+	waitQueued(t, s, 5)
+	n0, sum0 := histogram(t, s)
+	release()
+	for range 5 {
+		got, _ := c.receive()
+		var m dns.Msg
+		if err := m.Unpack(got); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		want := written[m.Id]
+		mu.Unlock()
+		if !bytes.Equal(got, want) {
+			t.Errorf("answer %d sent\n%x\nwritten\n%x", m.Id, got, want)
+		}
+	}
+	waitIdle(t, s)
+	if n, sum := histogram(t, s); n-n0 != 1 || sum-sum0 != 5 {
+		t.Errorf("%d sendmmsg for %v answers, want 1 for 5", n-n0, sum-sum0)
+	}
+}
+
 // A handler whose answer is queued returns only once its batch has been sent: miekg/dns, which
 // waits for its handlers before it closes the socket on stop or reload, thereby waits for the
 // answers too, and nothing of udpbatch is left to send afterwards.
@@ -120,6 +183,70 @@ func TestBatchHandlerReturnsAfterSend(t *testing.T) {
 		t.Errorf("the handler returned with its answer still queued (%d queued)", n)
 	}
 	c.receive()
+}
+
+// Each handler gets the result of its own answer: in a batch where one answer cannot be sent
+// (too large for a datagram), that handler's Write fails with the system's error and the
+// others' succeed and are sent.
+func TestBatchErrorsToTheirHandler(t *testing.T) {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu   sync.Mutex
+		errs = map[uint16]error{}
+	)
+	_, s := miekgServer(t, pc, "errors", 64, func(_ context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+		m := new(dns.Msg)
+		m.SetReply(r)
+		b, _ := m.Pack()
+		if r.Id == 2 {
+			b = append(b, make([]byte, 70000)...) // more than a UDP datagram holds
+		}
+		_, err := w.Write(b)
+		mu.Lock()
+		errs[r.Id] = err
+		mu.Unlock()
+		return dns.RcodeSuccess, nil
+	})
+	var m0 dto.Metric
+	writeErrorsTotal.WithLabelValues(s.server).Write(&m0)
+	to := pc.LocalAddr().(*net.UDPAddr).AddrPort()
+	c := newClient(t, "127.0.0.1")
+	release := hold(t, s)
+	for id := range uint16(3) {
+		c.send(to, query(t, id+1, "a.example.", dns.TypeA, false))
+	}
+	waitQueued(t, s, 3)
+	release()
+	got := map[uint16]bool{}
+	for range 2 {
+		b, _ := c.receive()
+		var m dns.Msg
+		if err := m.Unpack(b); err != nil {
+			t.Fatal(err)
+		}
+		got[m.Id] = true
+	}
+	if !got[1] || !got[3] {
+		t.Errorf("answers %v received, want 1 and 3", got)
+	}
+	waitFor(t, s, "every handler's result", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(errs) == 3
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if errs[1] != nil || errs[3] != nil || !errors.Is(errs[2], syscall.EMSGSIZE) {
+		t.Errorf("results %v, want nil for 1 and 3, EMSGSIZE for 2", errs)
+	}
+	var m1 dto.Metric
+	writeErrorsTotal.WithLabelValues(s.server).Write(&m1)
+	if n := m1.GetCounter().GetValue() - m0.GetCounter().GetValue(); n != 1 {
+		t.Errorf("%v send errors counted, want 1", n)
+	}
 }
 
 // After the server stopped (miekg/dns closed its socket), a write returns the error for a closed
@@ -161,6 +288,9 @@ func TestUnknownWriterNotDecorated(t *testing.T) {
 	}
 	if n := logs.Count("Batching is off on unknown", "*udpbatch.fakeWriter", "as without udpbatch"); n != 1 {
 		t.Errorf("%d lines saying why batching is off, want 1:\n%s", n, logs)
+	}
+	if batched(&fw) != nil {
+		t.Error("a foreign ResponseWriter read as miekg/dns's")
 	}
 }
 

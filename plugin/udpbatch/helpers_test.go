@@ -187,15 +187,16 @@ func counter(tb testing.TB, server, path string) float64 {
 }
 
 // miekgServer serves next on pc as dnsserver does: udpbatch's writer decorator on the socket, the
-// ResponseWriter wrapped in a ScrubWriter. It returns the directive and the socket state.
+// ResponseWriter wrapped in a ScrubWriter, udpbatch's ServeDNS before next. It returns the
+// directive and the socket state.
 func miekgServer(tb testing.TB, pc net.PacketConn, name string, max int, next plugin.HandlerFunc) (*UDPBatch, *socket) {
 	tb.Helper()
-	u := &UDPBatch{Max: max}
+	u := &UDPBatch{Max: max, Next: next}
 	started := make(chan struct{})
 	srv := &dns.Server{PacketConn: pc, NotifyStartedFunc: func() { close(started) },
 		DecorateWriter: u.decorator(&dnsserver.Server{Addr: name}),
 		Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
-			next(context.Background(), request.NewScrubWriter(r, w), r)
+			u.ServeDNS(context.Background(), request.NewScrubWriter(r, w), r)
 		})}
 	go srv.ActivateAndServe()
 	<-started

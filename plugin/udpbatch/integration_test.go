@@ -2,6 +2,7 @@ package udpbatch
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net"
 	"net/netip"
@@ -12,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/plugin"
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 
 	"github.com/miekg/dns"
@@ -128,6 +132,87 @@ example.org:`+pp+` {
 	var tc dns.Msg
 	if b, _ := c.exchange(addrPort(t, batched), query(t, 9, "big.example.org.", dns.TypeTXT, false)); tc.Unpack(b) != nil || !tc.Truncated {
 		t.Error("the large answer without EDNS is not truncated: the test does not cover TC")
+	}
+}
+
+// testpackedanswer is a plugin, last in the chain, that answers with the ResponseWriter's Write:
+// the packed bytes, as routingpolicy writes its pre-packed answers. It keeps what it wrote.
+const packedAnswer = "testpackedanswer"
+
+var packedWritten struct {
+	sync.Mutex
+	m map[uint16][]byte
+}
+
+var registerPackedAnswer = sync.OnceFunc(func() {
+	packedWritten.m = map[uint16][]byte{}
+	registerDirective(packedAnswer, "", func(c *caddy.Controller) error {
+		for c.Next() {
+		}
+		dnsserver.GetConfig(c).AddPlugin(func(plugin.Handler) plugin.Handler {
+			return plugin.HandlerFunc(func(_ context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+				m := new(dns.Msg)
+				m.SetReply(r)
+				m.Authoritative = true
+				m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: r.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: net.IPv4(192, 0, 2, byte(r.Id))})
+				b, err := m.Pack()
+				if err != nil {
+					return dns.RcodeServerFailure, err
+				}
+				packedWritten.Lock()
+				packedWritten.m[r.Id] = append([]byte(nil), b...)
+				packedWritten.Unlock()
+				_, err = w.Write(b)
+				clear(b) // Write returned: the buffer is the plugin's again
+				return dns.RcodeSuccess, err
+			})
+		})
+		return nil
+	})
+})
+
+// A plugin that answers with the ResponseWriter's Write, behind dnsserver's ScrubWriter and the
+// wrappers of the plugins before and after udpbatch (CoreDNS wraps the writer between any two;
+// nsid wraps it too), is batched: five answers queued leave in one sendmmsg, each byte for byte
+// what the plugin wrote.
+func TestIntegrationWriteBytesBatched(t *testing.T) {
+	registerPackedAnswer()
+	for _, before := range []string{"", "metadata\n\tnsid"} {
+		t.Run(before, func(t *testing.T) {
+			srv := coretest.Start(t, `example.org:0 {
+	bind 127.0.0.1
+	`+before+`
+	udpbatch
+	prometheus localhost:0
+	`+packedAnswer+`
+}`)
+			to := addrPort(t, srv.UDP)
+			s := sockets(t, srv.Instance(), 1)[0]
+			c := newClient(t, "127.0.0.1")
+			release := hold(t, s)
+			for i := range 5 {
+				c.send(to, query(t, uint16(100+i), "www.example.org.", dns.TypeA, false))
+			}
+			waitQueued(t, s, 5)
+			n0, sum0 := histogram(t, s)
+			release()
+			for range 5 {
+				got, _ := c.receive()
+				var m dns.Msg
+				if err := m.Unpack(got); err != nil {
+					t.Fatal(err)
+				}
+				packedWritten.Lock()
+				want := packedWritten.m[m.Id]
+				packedWritten.Unlock()
+				if !bytes.Equal(got, want) {
+					t.Errorf("answer %d sent\n%x\nwritten\n%x", m.Id, got, want)
+				}
+			}
+			if n, sum := histogram(t, s); n-n0 != 1 || sum-sum0 != 5 {
+				t.Errorf("%d sendmmsg for %v answers, want 1 for 5", n-n0, sum-sum0)
+			}
+		})
 	}
 }
 

@@ -11,10 +11,11 @@ import (
 	"golang.org/x/net/ipv6"
 )
 
-// miekg/dns exports what an answer needs but two things: the listener socket (field udp of its
-// response writer) and the control message that carried the address the query was sent to (field
-// context of the SessionUDP in field udpSession). Those are read here, and nothing else: the
-// client's address comes from the exported RemoteAddr. The fields' names and types are checked once per writer
+// miekg/dns exports what an answer needs but three things: the listener socket (field udp of its
+// response writer), the control message that carried the address the query was sent to (field
+// context of the SessionUDP in field udpSession), and the writer of the response, which the
+// decorator returned (field writer). Those are read here, and nothing else: the client's address
+// comes from the exported RemoteAddr. The fields' names and types are checked once per writer
 // type; when they do not match (another miekg/dns version), the writer is not decorated and
 // answers are written as without udpbatch.
 
@@ -24,6 +25,7 @@ type layout struct {
 	ok      bool         // the fields exist with the expected types
 	udp     uintptr      // offset of udp (net.PacketConn)
 	session uintptr      // offset of udpSession (*dns.SessionUDP)
+	writer  uintptr      // offset of writer (dns.Writer)
 }
 
 // known is the layout of miekg/dns's UDP writer, once checked and found to match; unknown is the
@@ -50,7 +52,8 @@ func layoutOf(t reflect.Type) *layout {
 	}
 	udp, ok1 := fieldOffset(t.Elem(), "udp", reflect.TypeFor[net.PacketConn]())
 	ses, ok2 := fieldOffset(t.Elem(), "udpSession", reflect.TypeFor[*dns.SessionUDP]())
-	l.ok, l.udp, l.session = ok1 && ok2, udp, ses
+	wr, ok3 := fieldOffset(t.Elem(), "writer", reflect.TypeFor[dns.Writer]())
+	l.ok, l.udp, l.session, l.writer = ok1 && ok2 && ok3, udp, ses, wr
 	return l
 }
 
@@ -94,6 +97,9 @@ func (l *layout) oob(w dns.ResponseWriter) []byte {
 	}
 	return *(*[]byte)(unsafe.Add(unsafe.Pointer(s), sessionContext))
 }
+
+// decorated returns the writer the decorator gave miekg/dns's writer w.
+func (l *layout) decorated(w dns.ResponseWriter) dns.Writer { return *field[dns.Writer](w, l.writer) }
 
 // replyOOB is the control message of an answer to a query received with oob: the query's
 // destination address as the answer's source, so a client that asked one address of a wildcard

@@ -34,6 +34,10 @@ func setup(c *caddy.Controller) error {
 		return plugin.Error(pluginName, c.Err("another plugin of this server block (shed?) already decorates UDP writes; use one of them"))
 	}
 	cfg.UDPDecorateWriterFunc = u.decorator
+	cfg.AddPlugin(func(next plugin.Handler) plugin.Handler {
+		u.Next = next
+		return u
+	})
 	// The instance keeps its directives, so tests can reach the sockets of a running server.
 	list, _ := c.Get(instanceKey{}).([]*UDPBatch)
 	c.Set(instanceKey{}, append(list, u))

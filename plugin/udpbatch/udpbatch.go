@@ -1,6 +1,7 @@
 // Package udpbatch sends the UDP answers of a server block with as few system calls as the load
 // allows. It decorates miekg/dns's UDP writer (dnsserver.Config.UDPDecorateWriterFunc, as the
-// in-tree shed plugin does): a handler queues its answer and waits until it has been sent; the handler that finds no one sending sends the queue
+// in-tree shed plugin does) and, in the chain, the ResponseWriter's Write: a handler queues its
+// answer and waits until it has been sent; the handler that finds no one sending sends the queue
 // with one sendmmsg, each answer with its own source address (the session's IP_PKTINFO /
 // IPV6_PKTINFO), and hands what queued meanwhile to the next (group commit). Idle, an answer
 // leaves alone and at once; under load, batches grow with the load. No timer, no goroutine, no
@@ -8,10 +9,12 @@
 package udpbatch
 
 import (
+	"context"
 	"runtime"
 	"sync"
 
 	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/plugin"
 
 	"github.com/miekg/dns"
 )
@@ -23,6 +26,8 @@ type UDPBatch struct {
 
 	mu      sync.Mutex
 	sockets []*socket // for tests: the sockets of a running server
+
+	Next plugin.Handler
 }
 
 // New returns a UDPBatch with the default batch size.
@@ -42,3 +47,22 @@ func (u *UDPBatch) decorator(srv *dnsserver.Server) dns.DecorateWriter {
 	u.mu.Unlock()
 	return s.decorate
 }
+
+// ServeDNS implements the plugin.Handler interface. miekg/dns writes the bytes a plugin gives
+// the ResponseWriter's Write straight to the socket, past the decorated writer: for those,
+// ServeDNS puts the decorated writer of this answer under the ScrubWriter that dnsserver wraps
+// every ResponseWriter in, beneath every plugin's wrapper, so Write goes through the batch too
+// (and through those wrappers, as before), and WriteMsg as before.
+func (u *UDPBatch) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+	if sw := scrubWriter(w); sw != nil {
+		if bw := batched(sw.ResponseWriter); bw != nil {
+			sw.ResponseWriter = bw
+		}
+	} else if bw := batched(w); bw != nil {
+		w = bw
+	}
+	return plugin.NextOrFailure(u.Name(), u.Next, ctx, w, r)
+}
+
+// Name implements the plugin.Handler interface.
+func (u *UDPBatch) Name() string { return pluginName }

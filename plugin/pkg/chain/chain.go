@@ -24,8 +24,9 @@ var placements = []struct {
 	{name: "routingpolicy", before: "file"},
 	// After cache, so forwarded answers can be cached.
 	{name: "outbound", before: "forward"},
-	// Setup-only (it decorates the UDP writer, it answers nothing): right after shed, the other
-	// plugin that decorates it, so its setup runs first and udpbatch can refuse to be combined.
+	// It decorates the UDP writer and, early in the chain, the ResponseWriter's Write; it answers
+	// nothing. Right after shed, the other plugin that decorates that writer, so shed's setup runs
+	// first and udpbatch can refuse to be combined.
 	{name: "udpbatch", after: "shed"},
 }
 
