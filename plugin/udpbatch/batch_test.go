@@ -1,7 +1,6 @@
 package udpbatch
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -103,58 +102,13 @@ func TestBatchMax(t *testing.T) {
 // handler wrote, though every handler clears its buffer as soon as Write returns (Write returns
 // once the answer is sent, so the bytes need no copy).
 func TestBatchWriteBytes(t *testing.T) {
-	var (
-		mu      sync.Mutex
-		written = map[uint16][]byte{}
-	)
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, s := miekgServer(t, pc, "write-bytes", 64, func(_ context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
-		m := new(dns.Msg)
-		m.SetReply(r)
-		m.Answer = append(m.Answer, &dns.TXT{Hdr: dns.RR_Header{Name: r.Question[0].Name, Rrtype: dns.TypeTXT, Class: dns.ClassINET, Ttl: 60}, Txt: []string{"packed"}})
-		b, err := m.Pack()
-		if err != nil {
-			return dns.RcodeServerFailure, err
-		}
-		mu.Lock()
-		written[r.Id] = append([]byte(nil), b...)
-		mu.Unlock()
-		n, err := w.Write(b)
-		if n != len(b) || err != nil {
-			t.Errorf("Write = %d, %v", n, err)
-		}
-		clear(b)
-		return dns.RcodeSuccess, nil
-	})
-	to := pc.LocalAddr().(*net.UDPAddr).AddrPort()
-	c := newClient(t, "127.0.0.1")
-	release := hold(t, s)
-	for i := range 5 {
-		c.send(to, query(t, uint16(i+1), "t.example.", dns.TypeTXT, false))
-	}
-	waitQueued(t, s, 5)
-	n0, sum0 := histogram(t, s)
-	release()
-	for range 5 {
-		got, _ := c.receive()
-		var m dns.Msg
-		if err := m.Unpack(got); err != nil {
-			t.Fatal(err)
-		}
-		mu.Lock()
-		want := written[m.Id]
-		mu.Unlock()
-		if !bytes.Equal(got, want) {
-			t.Errorf("answer %d sent\n%x\nwritten\n%x", m.Id, got, want)
-		}
-	}
-	waitIdle(t, s)
-	if n, sum := histogram(t, s); n-n0 != 1 || sum-sum0 != 5 {
-		t.Errorf("%d sendmmsg for %v answers, want 1 for 5", n-n0, sum-sum0)
-	}
+	ws := newWritten()
+	_, s := miekgServer(t, pc, "write-bytes", 64, ws.answerPacked)
+	batchFive(t, s, pc.LocalAddr().(*net.UDPAddr).AddrPort(), ws)
 }
 
 // A handler whose answer is queued returns only once its batch has been sent: miekg/dns, which

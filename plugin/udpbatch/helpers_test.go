@@ -1,6 +1,7 @@
 package udpbatch
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -229,4 +230,65 @@ func registerDirective(name, before string, setup caddy.SetupFunc) {
 		d = append(d, name)
 	}
 	dnsserver.Directives = d
+}
+
+// written keeps the answers a handler wrote, by message ID.
+type written struct {
+	mu sync.Mutex
+	m  map[uint16][]byte
+}
+
+func newWritten() *written { return &written{m: map[uint16][]byte{}} }
+
+// answerPacked answers with an A record packed by the handler and written with the
+// ResponseWriter's Write, as routingpolicy writes its pre-packed answers; it keeps what it wrote,
+// and clears its buffer as soon as Write returned.
+func (ws *written) answerPacked(_ context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+	m := new(dns.Msg)
+	m.SetReply(r)
+	m.Authoritative = true
+	m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: r.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: net.IPv4(192, 0, 2, byte(r.Id))})
+	b, err := m.Pack()
+	if err != nil {
+		return dns.RcodeServerFailure, err
+	}
+	ws.mu.Lock()
+	ws.m[r.Id] = append([]byte(nil), b...)
+	ws.mu.Unlock()
+	n, err := w.Write(b)
+	if err == nil && n != len(b) {
+		err = fmt.Errorf("wrote %d of %d bytes", n, len(b))
+	}
+	clear(b)
+	return dns.RcodeSuccess, err
+}
+
+// batchFive queues five queries to s's listener at to and sends them as one batch: one sendmmsg
+// carries the five answers, each byte for byte what the handler wrote, as ws kept it.
+func batchFive(tb testing.TB, s *socket, to netip.AddrPort, ws *written) {
+	tb.Helper()
+	c := newClient(tb, "127.0.0.1")
+	release := hold(tb, s)
+	for i := range 5 {
+		c.send(to, query(tb, uint16(100+i), "www.example.org.", dns.TypeA, false))
+	}
+	waitQueued(tb, s, 5)
+	n0, sum0 := histogram(tb, s)
+	release()
+	for range 5 {
+		got, _ := c.receive()
+		var m dns.Msg
+		if err := m.Unpack(got); err != nil {
+			tb.Fatal(err)
+		}
+		ws.mu.Lock()
+		want := ws.m[m.Id]
+		ws.mu.Unlock()
+		if !bytes.Equal(got, want) {
+			tb.Errorf("answer %d sent\n%x\nwritten\n%x", m.Id, got, want)
+		}
+	}
+	if n, sum := histogram(tb, s); n-n0 != 1 || sum-sum0 != 5 {
+		tb.Errorf("%d sendmmsg for %v answers, want 1 for 5", n-n0, sum-sum0)
+	}
 }

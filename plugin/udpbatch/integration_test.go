@@ -2,7 +2,6 @@ package udpbatch
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"net"
 	"net/netip"
@@ -44,6 +43,13 @@ alias IN CNAME www.example.org.
 		tb.Fatal(err)
 	}
 	return f
+}
+
+// zoneCorefile is a server block on 127.0.0.1:port serving the zone file z, with udpbatch and,
+// before it, the directives extra.
+func zoneCorefile(port, z string, extra ...string) string {
+	return "example.org:" + port + " {\n\tbind 127.0.0.1\n\t" + strings.Join(append(extra, "udpbatch"), "\n\t") +
+		"\n\tfile " + z + "\n}"
 }
 
 // questions are the shapes the zone answers, by name and type, with and without EDNS (DO set).
@@ -135,38 +141,17 @@ example.org:`+pp+` {
 	}
 }
 
-// testpackedanswer is a plugin, last in the chain, that answers with the ResponseWriter's Write:
-// the packed bytes, as routingpolicy writes its pre-packed answers. It keeps what it wrote.
+// testpackedanswer is a plugin, last in the chain, that answers with the ResponseWriter's Write
+// (written.answerPacked).
 const packedAnswer = "testpackedanswer"
 
-var packedWritten struct {
-	sync.Mutex
-	m map[uint16][]byte
-}
+var packedWritten = newWritten()
 
 var registerPackedAnswer = sync.OnceFunc(func() {
-	packedWritten.m = map[uint16][]byte{}
 	registerDirective(packedAnswer, "", func(c *caddy.Controller) error {
 		for c.Next() {
 		}
-		dnsserver.GetConfig(c).AddPlugin(func(plugin.Handler) plugin.Handler {
-			return plugin.HandlerFunc(func(_ context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
-				m := new(dns.Msg)
-				m.SetReply(r)
-				m.Authoritative = true
-				m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: r.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: net.IPv4(192, 0, 2, byte(r.Id))})
-				b, err := m.Pack()
-				if err != nil {
-					return dns.RcodeServerFailure, err
-				}
-				packedWritten.Lock()
-				packedWritten.m[r.Id] = append([]byte(nil), b...)
-				packedWritten.Unlock()
-				_, err = w.Write(b)
-				clear(b) // Write returned: the buffer is the plugin's again
-				return dns.RcodeSuccess, err
-			})
-		})
+		dnsserver.GetConfig(c).AddPlugin(func(plugin.Handler) plugin.Handler { return plugin.HandlerFunc(packedWritten.answerPacked) })
 		return nil
 	})
 })
@@ -186,32 +171,7 @@ func TestIntegrationWriteBytesBatched(t *testing.T) {
 	prometheus localhost:0
 	`+packedAnswer+`
 }`)
-			to := addrPort(t, srv.UDP)
-			s := sockets(t, srv.Instance(), 1)[0]
-			c := newClient(t, "127.0.0.1")
-			release := hold(t, s)
-			for i := range 5 {
-				c.send(to, query(t, uint16(100+i), "www.example.org.", dns.TypeA, false))
-			}
-			waitQueued(t, s, 5)
-			n0, sum0 := histogram(t, s)
-			release()
-			for range 5 {
-				got, _ := c.receive()
-				var m dns.Msg
-				if err := m.Unpack(got); err != nil {
-					t.Fatal(err)
-				}
-				packedWritten.Lock()
-				want := packedWritten.m[m.Id]
-				packedWritten.Unlock()
-				if !bytes.Equal(got, want) {
-					t.Errorf("answer %d sent\n%x\nwritten\n%x", m.Id, got, want)
-				}
-			}
-			if n, sum := histogram(t, s); n-n0 != 1 || sum-sum0 != 5 {
-				t.Errorf("%d sendmmsg for %v answers, want 1 for 5", n-n0, sum-sum0)
-			}
+			batchFive(t, sockets(t, srv.Instance(), 1)[0], addrPort(t, srv.UDP), packedWritten)
 		})
 	}
 }
@@ -358,11 +318,7 @@ func TestIntegrationBurst(t *testing.T) {
 
 // TCP does not go through udpbatch: answered, and not counted.
 func TestIntegrationTCPUnaffected(t *testing.T) {
-	srv := coretest.Start(t, `example.org:0 {
-	bind 127.0.0.1
-	udpbatch
-	file `+zone(t)+`
-}`)
+	srv := coretest.Start(t, zoneCorefile("0", zone(t)))
 	c := newClient(t, "127.0.0.1")
 	c.exchange(addrPort(t, srv.UDP), query(t, 1, "www.example.org.", dns.TypeA, false))
 	s := sockets(t, srv.Instance(), 1)[0]
@@ -385,11 +341,7 @@ func TestIntegrationTCPUnaffected(t *testing.T) {
 // they are sent, and no goroutine of ours is left.
 func TestIntegrationShutdownSendsQueued(t *testing.T) {
 	defer goleak.VerifyNone(t, append(coretest.ServerLoops(), goleak.IgnoreCurrent())...)
-	srv, err := coretest.New(`example.org:0 {
-	bind 127.0.0.1
-	udpbatch
-	file ` + zone(t) + `
-}`)
+	srv, err := coretest.New(zoneCorefile("0", zone(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -431,11 +383,7 @@ func TestIntegrationShutdownSendsQueued(t *testing.T) {
 func TestIntegrationReloadSendsQueued(t *testing.T) {
 	defer goleak.VerifyNone(t, append(coretest.ServerLoops(), goleak.IgnoreCurrent())...)
 	port := coretest.FreePort(t)
-	corefile := `example.org:` + port + ` {
-	bind 127.0.0.1
-	udpbatch
-	file ` + zone(t) + `
-}`
+	corefile := zoneCorefile(port, zone(t))
 	srv, err := coretest.New(corefile)
 	if err != nil {
 		t.Fatal(err)
@@ -486,12 +434,7 @@ func queueFive(t *testing.T, srv *coretest.Server) (*client, *socket, func()) {
 // probability below 1e-8.
 func TestIntegrationMultisocket(t *testing.T) {
 	// A port of our own: with port 0 each socket of the group would get a port of its own.
-	srv := coretest.Start(t, `example.org:`+coretest.FreePort(t)+` {
-	bind 127.0.0.1
-	multisocket 2
-	udpbatch
-	file `+zone(t)+`
-}`)
+	srv := coretest.Start(t, zoneCorefile(coretest.FreePort(t), zone(t), "multisocket 2"))
 	to := addrPort(t, srv.UDP)
 	socks := sockets(t, srv.Instance(), 2)
 	if len(socks) != 2 || socks[0] == socks[1] {

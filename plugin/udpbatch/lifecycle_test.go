@@ -2,7 +2,6 @@ package udpbatch
 
 import (
 	"errors"
-	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -87,12 +86,7 @@ func TestIntegrationFailedShutdownReleasesPort(t *testing.T) {
 	registerFailShutdown()
 	z := zone(t)
 	p1, p2 := coretest.FreePort(t), coretest.FreePort(t)
-	srv, err := coretest.New(`example.org:` + p1 + ` {
-	bind 127.0.0.1
-	` + failShutdown + `
-	udpbatch
-	file ` + z + `
-}`)
+	srv, err := coretest.New(zoneCorefile(p1, z, failShutdown))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,11 +97,7 @@ func TestIntegrationFailedShutdownReleasesPort(t *testing.T) {
 	})
 	c := newClient(t, "127.0.0.1")
 	c.exchange(addrPort(t, srv.UDP), query(t, 1, "www.example.org.", dns.TypeA, false))
-	err = srv.Reload(`example.org:` + p2 + ` {
-	bind 127.0.0.1
-	udpbatch
-	file ` + z + `
-}`)
+	err = srv.Reload(zoneCorefile(p2, z))
 	t.Logf("reload: %v", err)
 	// A short wait: the answer expected is none.
 	if c.exchangeOnce(addrPort(t, "127.0.0.1:"+p1), 300*time.Millisecond) == nil {
@@ -126,18 +116,8 @@ func TestIntegrationFailedShutdownReleasesPort(t *testing.T) {
 // the clients to it, unread: each of 40 clients (each its own source port) is answered.
 func TestIntegrationMultisocketShrinkAnswersAll(t *testing.T) {
 	registerFailShutdown()
-	z := zone(t)
-	port := coretest.FreePort(t)
-	corefile := func(n int, extra string) string {
-		return `example.org:` + port + ` {
-	bind 127.0.0.1
-	multisocket ` + fmt.Sprint(n) + `
-	` + extra + `
-	udpbatch
-	file ` + z + `
-}`
-	}
-	srv, err := coretest.New(corefile(2, failShutdown))
+	two, one := shrinking(t, failShutdown)
+	srv, err := coretest.New(two)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,10 +128,18 @@ func TestIntegrationMultisocketShrinkAnswersAll(t *testing.T) {
 	})
 	to := addrPort(t, srv.UDP)
 	askMany(t, to)
-	t.Logf("reload: %v", srv.Reload(corefile(1, "")))
+	t.Logf("reload: %v", srv.Reload(one))
 	if n := unanswered(t, to); n > 0 {
 		t.Errorf("%d of 40 clients got no answer after the reload", n)
 	}
+}
+
+// shrinking returns two Corefiles for one port: multisocket 2 with the directive extra, and
+// multisocket 1 without it.
+func shrinking(t *testing.T, extra string) (two, one string) {
+	t.Helper()
+	z, port := zone(t), coretest.FreePort(t)
+	return zoneCorefile(port, z, "multisocket 2", extra), zoneCorefile(port, z, "multisocket 1")
 }
 
 // askMany has 16 clients (16 source ports) ask to, so both sockets of a multisocket group answer.
@@ -191,18 +179,8 @@ func TestIntegrationReloadWindowAnswersAll(t *testing.T) {
 	slowMu.Unlock()
 	release := sync.OnceFunc(func() { close(proceed) })
 	t.Cleanup(release)
-	z := zone(t)
-	port := coretest.FreePort(t)
-	corefile := func(n int, extra string) string {
-		return `example.org:` + port + ` {
-	bind 127.0.0.1
-	multisocket ` + fmt.Sprint(n) + `
-	` + extra + `
-	udpbatch
-	file ` + z + `
-}`
-	}
-	srv, err := coretest.New(corefile(2, slowShutdown))
+	two, one := shrinking(t, slowShutdown)
+	srv, err := coretest.New(two)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +188,7 @@ func TestIntegrationReloadWindowAnswersAll(t *testing.T) {
 	to := addrPort(t, srv.UDP)
 	askMany(t, to)
 	reloaded := make(chan error, 1)
-	go func() { reloaded <- srv.Reload(corefile(1, "")) }()
+	go func() { reloaded <- srv.Reload(one) }()
 	<-slowEntered // the old servers are stopped; the shutdown callbacks are running
 	n := unanswered(t, to)
 	release()
@@ -222,43 +200,49 @@ func TestIntegrationReloadWindowAnswersAll(t *testing.T) {
 	}
 }
 
-// socketCount returns how many sockets the process has open. Only sockets: other descriptors come and go with goroutines
-// that other tests leave behind (a zone file checked by an instance whose shutdown callbacks a
-// failed reload skipped).
-func socketCount(t *testing.T) int {
+// udpSockets returns how many UDP sockets the process has open. Only UDP: udpbatch has nothing
+// to do with the others (a TCP listener was once seen left open by a multisocket reload).
+func udpSockets(t *testing.T) int {
 	t.Helper()
+	inodes := map[string]bool{}
+	for _, table := range []string{"/proc/self/net/udp", "/proc/self/net/udp6"} {
+		b, err := os.ReadFile(table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range strings.Lines(string(b)) {
+			if f := strings.Fields(line); len(f) > 9 && f[0] != "sl" {
+				inodes["socket:["+f[9]+"]"] = true
+			}
+		}
+	}
 	es, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := 0
 	for _, e := range es {
-		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.HasPrefix(target, "socket:") {
+		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && inodes[target] {
 			n++
 		}
 	}
 	return n
 }
 
-// udpbatch holds no socket descriptor: 20 reloads with answers on every socket leave as many
-// open as before, with one socket and with multisocket 2, and a stop closes them all.
+// udpbatch holds no descriptor of a UDP socket: 20 reloads with answers on every socket leave as
+// many open as before, with one socket and with multisocket 2, and a stop closes them all.
 func TestIntegrationReloadLeavesNoDescriptor(t *testing.T) {
 	for _, extra := range []string{"", "multisocket 2"} {
 		t.Run(extra, func(t *testing.T) {
-			corefile := `example.org:` + coretest.FreePort(t) + ` {
-	bind 127.0.0.1
-	` + extra + `
-	udpbatch
-	file ` + zone(t) + `
-}`
-			base := socketCount(t)
+			corefile := zoneCorefile(coretest.FreePort(t), zone(t), extra)
+			base := udpSockets(t)
 			srv, err := coretest.New(corefile)
 			if err != nil {
 				t.Fatal(err)
 			}
 			to := addrPort(t, srv.UDP)
 			askMany(t, to)
-			running := socketCount(t)
+			running := udpSockets(t)
 			const reloads = 20
 			for range reloads {
 				if err := srv.Reload(corefile); err != nil {
@@ -266,15 +250,15 @@ func TestIntegrationReloadLeavesNoDescriptor(t *testing.T) {
 				}
 				askMany(t, to)
 			}
-			after := socketCount(t)
+			after := udpSockets(t)
 			srv.Stop()
-			end := socketCount(t)
-			t.Logf("sockets: before %d, running %d, after %d reloads %d, stopped %d", base, running, reloads, after, end)
+			end := udpSockets(t)
+			t.Logf("UDP sockets: before %d, running %d, after %d reloads %d, stopped %d", base, running, reloads, after, end)
 			if after != running {
-				t.Errorf("%d sockets after %d reloads, %d before: %d left open", after, reloads, running, after-running)
+				t.Errorf("%d UDP sockets after %d reloads, %d before: %d left open", after, reloads, running, after-running)
 			}
 			if end > base {
-				t.Errorf("%d sockets after stop, %d before start", end, base)
+				t.Errorf("%d UDP sockets after stop, %d before start", end, base)
 			}
 		})
 	}

@@ -179,11 +179,7 @@ func TestIntegrationReloadBoundedOnSlowLink(t *testing.T) {
 		"match", "ip", "sport", port, "0xffff", "flowid", "1:20").CombinedOutput(); err != nil {
 		t.Fatalf("tc filter: %v: %s", err, out)
 	}
-	corefile := `example.org:` + port + ` {
-	bind 127.0.0.1
-	udpbatch
-	file ` + zone(t) + `
-}`
+	corefile := zoneCorefile(port, zone(t))
 	srv, err := coretest.New(corefile)
 	if err != nil {
 		t.Fatal(err)

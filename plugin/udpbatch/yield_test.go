@@ -29,11 +29,7 @@ func countYields(s *socket) *atomic.Int64 {
 // whatever else wants the processor (a GC worker, a reload), so a lone query costs what it costs
 // without udpbatch.
 func TestYieldNotWhenAlone(t *testing.T) {
-	srv := coretest.Start(t, `example.org:0 {
-	bind 127.0.0.1
-	udpbatch
-	file `+zone(t)+`
-}`)
+	srv := coretest.Start(t, zoneCorefile("0", zone(t)))
 	to := addrPort(t, srv.UDP)
 	s := sockets(t, srv.Instance(), 1)[0]
 	yields := countYields(s)
