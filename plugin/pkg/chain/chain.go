@@ -24,6 +24,10 @@ var placements = []struct {
 	{name: "routingpolicy", before: "file"},
 	// After cache, so forwarded answers can be cached.
 	{name: "outbound", before: "forward"},
+	// It decorates the UDP writer and, early in the chain, the ResponseWriter's Write; it answers
+	// nothing. Right after shed, the other plugin that decorates that writer, so shed's setup runs
+	// first and udpbatch can refuse to be combined.
+	{name: "udpbatch", after: "shed"},
 }
 
 // Names returns our directives in the order they set up.

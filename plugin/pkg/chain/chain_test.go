@@ -23,8 +23,8 @@ func TestOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(d) != len(dnsserver.Directives)+4 {
-		t.Fatalf("chain has %d directives, want %d", len(d), len(dnsserver.Directives)+4)
+	if len(d) != len(dnsserver.Directives)+len(Names()) {
+		t.Fatalf("chain has %d directives, want %d", len(d), len(dnsserver.Directives)+len(Names()))
 	}
 	hc, psc := index(t, d, "healthcheck"), index(t, d, "pschealth")
 	rp, ob := index(t, d, "routingpolicy"), index(t, d, "outbound")
@@ -43,6 +43,10 @@ func TestOrder(t *testing.T) {
 	// outbound immediately before forward, after cache.
 	if ob+1 != index(t, d, "forward") || ob < index(t, d, "cache") {
 		t.Errorf("outbound at %d, forward at %d: want immediately before, after cache", ob, index(t, d, "forward"))
+	}
+	// udpbatch right after shed, so it sees whether shed already decorates the UDP writer.
+	if ub := index(t, d, "udpbatch"); ub != index(t, d, "shed")+1 {
+		t.Errorf("udpbatch at %d, shed at %d: want right after", ub, index(t, d, "shed"))
 	}
 	if hc > rp || psc > rp || hc > ob || psc > ob {
 		t.Error("the health plugins must set up before their consumers")

@@ -1,0 +1,114 @@
+package udpbatch
+
+import (
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coresteer/coresteer/plugin/pkg/coretest"
+
+	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
+)
+
+func TestParse(t *testing.T) {
+	for _, tc := range []struct {
+		input string
+		max   int
+	}{
+		{"udpbatch", defaultMax},
+		{"udpbatch 1", 1},
+		{"udpbatch 256", 256},
+		{"udpbatch 1024", 1024},
+	} {
+		u, err := parse(caddy.NewTestController("dns", tc.input))
+		if err != nil {
+			t.Errorf("%q: %v", tc.input, err)
+			continue
+		}
+		if u.Max != tc.max {
+			t.Errorf("%q: max %d, want %d", tc.input, u.Max, tc.max)
+		}
+	}
+}
+
+// Every bad input is refused with an error naming the property, the value and what is allowed.
+func TestParseErrors(t *testing.T) {
+	for _, tc := range []struct {
+		input string
+		keys  []string
+		want  string
+	}{
+		{"udpbatch 0", nil, `max "0": want a whole number of answers per system call from 1 to 1024`},
+		{"udpbatch 1025", nil, `max "1025": want a whole number of answers per system call from 1 to 1024`},
+		{"udpbatch -3", nil, `max "-3"`},
+		{"udpbatch many", nil, `max "many"`},
+		{"udpbatch 8 16", nil, "Wrong argument count"},
+		{"udpbatch {\n max 8\n}", nil, `unknown property "max": udpbatch takes no block`},
+		{"udpbatch\nudpbatch", nil, "can only be used once per Server Block"},
+		{"udpbatch", []string{"tls://example.org:853"}, `only plain DNS server blocks are supported; "tls://example.org:853" uses transport "tls"`},
+		{"udpbatch", []string{"example.org:53", "https://example.org:443"}, `"https://example.org:443" uses transport "https"`},
+	} {
+		c := caddy.NewTestController("dns", tc.input)
+		if tc.keys != nil {
+			c.ServerBlockKeys = tc.keys
+		}
+		_, err := parse(c)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want one containing %q", tc.input, err, tc.want)
+		}
+	}
+}
+
+// setup installs the decorator on the server block, and only once.
+func TestSetup(t *testing.T) {
+	c := caddy.NewTestController("dns", "udpbatch 32")
+	if err := setup(c); err != nil {
+		t.Fatal(err)
+	}
+	if dnsserver.GetConfig(c).UDPDecorateWriterFunc == nil {
+		t.Fatal("no UDP writer decorator installed")
+	}
+}
+
+// shed decorates the same writer: with both in one block, one would silently undo the other.
+// shed sets up first (chain order), so udpbatch sees it and refuses.
+func TestSetupRefusesShed(t *testing.T) {
+	_, err := coretest.New(`example.org:0 {
+	bind 127.0.0.1
+	shed
+	udpbatch
+	whoami
+}`)
+	if err == nil || !strings.Contains(err.Error(), "already decorates UDP writes") {
+		t.Fatalf("error %v, want one refusing shed with udpbatch", err)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{"udpbatch", "udpbatch 64", "udpbatch 0", "udpbatch {\n}", "udpbatch 1 2"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(_ *testing.T, in string) {
+		parse(caddy.NewTestController("dns", in)) // must not panic
+	})
+}
+
+// replyOOB takes whatever control message a query came with: it never panics, and what it
+// returns parses as a control message.
+func FuzzReplyOOB(f *testing.F) {
+	f.Add([]byte{})
+	f.Add((&ipv4.ControlMessage{Dst: net.IPv4(127, 0, 0, 2), IfIndex: 1}).Marshal())
+	f.Add((&ipv6.ControlMessage{Dst: net.IPv6loopback, IfIndex: 1}).Marshal())
+	f.Fuzz(func(t *testing.T, oob []byte) {
+		r := replyOOB(oob)
+		if r == nil {
+			return
+		}
+		if (&ipv4.ControlMessage{}).Parse(r) != nil && (&ipv6.ControlMessage{}).Parse(r) != nil {
+			t.Fatalf("reply control message %x does not parse", r)
+		}
+	})
+}
