@@ -2,6 +2,7 @@
 
 GO          ?= go
 BIN         := bin/coredns
+SLIM        := bin/coredns-slim
 TOOLS       := $(CURDIR)/bin/tools
 PORT        ?= 1053
 VERSION     := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -10,11 +11,15 @@ GOLANGCI    := $(TOOLS)/golangci-lint
 GOLANGCI_V  := v2.15.0
 TEST_FLAGS  ?= -race -timeout 20m
 
-.PHONY: build run test vet lint unit bench bench-go demo clean
+.PHONY: build build-slim run test vet lint unit bench bench-go demo clean
 
 ## build: the custom coredns binary, at bin/coredns.
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/coredns
+
+## build-slim: the cluster-DNS build (cmd/coredns-slim/plugin.cfg), at bin/coredns-slim.
+build-slim:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(SLIM) ./cmd/coredns-slim
 
 ## run: build, then serve Corefile.example on 127.0.0.1:$(PORT) (no root needed).
 run: build

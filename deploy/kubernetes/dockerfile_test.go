@@ -68,7 +68,7 @@ func TestDockerfile(t *testing.T) {
 	}
 
 	build := strings.Join(flatten(stages[:len(stages)-1]), "\n")
-	for _, want := range []string{"CGO_ENABLED=0", "go build", "./cmd/coredns", "setcap cap_net_bind_service=+ep"} {
+	for _, want := range []string{"CGO_ENABLED=0", "go build", "./cmd/coredns-slim", "setcap cap_net_bind_service=+ep"} {
 		if !strings.Contains(build, want) {
 			t.Errorf("the build stages do not contain %q", want)
 		}
@@ -115,7 +115,7 @@ func TestDockerfile(t *testing.T) {
 
 	// What the build stage copies exists in the repository (the context is its root).
 	root := filepath.Join("..", "..")
-	for _, p := range []string{"go.mod", "go.sum", "cmd/coredns/main.go", "plugin/pkg/version/version.go"} {
+	for _, p := range []string{"go.mod", "go.sum", "cmd/coredns-slim/main.go", "cmd/coredns-slim/plugin.cfg", "cmd/internal/server/server.go", "plugin/pkg/version/version.go"} {
 		if _, err := os.Stat(filepath.Join(root, p)); err != nil {
 			t.Errorf("the build needs %s: %v", p, err)
 		}
