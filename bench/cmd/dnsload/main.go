@@ -4,6 +4,9 @@
 // to make the preferred upstream go silent) and reports how many queries failed afterwards and how long it
 // took until the failure rate stayed below -steady.
 //
+// bench/soak and bench/overload read the per-bucket counts it writes with -json: there a failure is split
+// further into REFUSED and SERVFAIL, so a server that sheds load (REFUSED) is told apart from one that fails.
+//
 // It only talks to loopback addresses (127.0.0.0/8) and stops by itself after -duration plus -timeout.
 package main
 
@@ -47,7 +50,7 @@ func main() {
 	flag.StringVar(&o.source, "source", "", "local address to send from (loopback only; empty: any)")
 	flag.StringVar(&o.names, "names", "", "file of `NAME TYPE` lines (dnsperf format); default www.example. A")
 	flag.IntVar(&o.qps, "qps", 1000, "queries per second (1-100000)")
-	flag.DurationVar(&o.duration, "duration", 10*time.Second, "how long to send (at most 10m)")
+	flag.DurationVar(&o.duration, "duration", 10*time.Second, "how long to send (at most 24h)")
 	flag.DurationVar(&o.timeout, "timeout", 2*time.Second, "a query without an answer after this long is a timeout")
 	flag.DurationVar(&o.bucket, "bucket", 100*time.Millisecond, "width of a time bucket")
 	flag.IntVar(&o.sockets, "sockets", 16, "UDP sockets to spread the queries over (1-1024)")
@@ -79,8 +82,8 @@ func (o options) validate() error {
 	switch {
 	case o.qps < 1 || o.qps > 100000:
 		return fmt.Errorf("-qps %d is out of range (allowed 1-100000)", o.qps)
-	case o.duration <= 0 || o.duration > 10*time.Minute:
-		return fmt.Errorf("-duration %s is out of range (allowed >0 to 10m)", o.duration)
+	case o.duration <= 0 || o.duration > 24*time.Hour:
+		return fmt.Errorf("-duration %s is out of range (allowed >0 to 24h)", o.duration)
 	case o.timeout <= 0 || o.timeout > time.Minute:
 		return fmt.Errorf("-timeout %s is out of range (allowed >0 to 1m)", o.timeout)
 	case o.bucket < time.Millisecond:
@@ -99,8 +102,12 @@ func (o options) validate() error {
 type Bucket struct {
 	Sent    int `json:"sent"`
 	OK      int `json:"ok"`      // NOERROR or NXDOMAIN
-	Failed  int `json:"failed"`  // any other rcode (SERVFAIL, REFUSED, ...)
+	Failed  int `json:"failed"`  // any other rcode (SERVFAIL, REFUSED, ...) or a send error
 	Timeout int `json:"timeout"` // no answer within -timeout
+
+	// Of Failed, the answers with these rcodes.
+	Refused  int `json:"refused"`
+	Servfail int `json:"servfail"`
 }
 
 func (b Bucket) bad() int { return b.Failed + b.Timeout }
@@ -324,7 +331,16 @@ func receive(s *sock, c *counter, o options) {
 			c.lat = append(c.lat, now.Sub(p.at))
 			c.mu.Unlock()
 		default:
-			c.add(p.bucket, func(b *Bucket) { b.Failed++ })
+			rc := m.Rcode
+			c.add(p.bucket, func(b *Bucket) {
+				b.Failed++
+				switch rc {
+				case dns.RcodeRefused:
+					b.Refused++
+				case dns.RcodeServerFailure:
+					b.Servfail++
+				}
+			})
 		}
 	}
 }

@@ -50,7 +50,7 @@ func TestValidateLoopbackOnly(t *testing.T) {
 		func(o *options) { o.server = "127.0.0.1" },
 		func(o *options) { o.source = "10.0.0.1" },
 		func(o *options) { o.qps = 0 },
-		func(o *options) { o.duration = time.Hour },
+		func(o *options) { o.duration = 25 * time.Hour },
 		func(o *options) { o.at = 2 * time.Second },
 	} {
 		o := base
