@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coresteer/coresteer/plugin/pkg/lifecycle"
 )
 
@@ -100,4 +101,10 @@ func (r *Registry) Explain(q Question) []*Explanation {
 		}
 	}
 	return out
+}
+
+// ServerOf names the server block c sets up as the status page shows it: "dns://example.org.:53".
+func ServerOf(c *caddy.Controller) string {
+	conf := dnsserver.GetConfig(c)
+	return conf.Transport + "://" + conf.Zone + ":" + conf.Port
 }

@@ -1,0 +1,321 @@
+package routingpolicy
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"strings"
+
+	"github.com/coredns/coredns/request"
+	"github.com/coresteer/coresteer/plugin/pkg/region"
+	"github.com/coresteer/coresteer/plugin/pkg/statusview"
+
+	"github.com/miekg/dns"
+)
+
+// Explain implements statusview.Explainer (S-2): it runs the lookup ServeDNS runs, on the same
+// data and board, for a query made up from q, and then lays out each policy that took part: every
+// item in or out and why, and every possible result with its probability, computed from the same
+// functions that draw (pool and chance for WRR, pickGeo, failover with and without the trickle).
+// Nothing is written: no metric, no metadata, no log (S-3).
+func (rp *RoutingPolicy) Explain(q statusview.Question) *statusview.Explanation {
+	r, w := explainQuery(q)
+	state := request.Request{W: w, Req: r}
+	qname := queryName(state)
+	d := rp.data.Load()
+	z := d.match(qname)
+	if z == nil {
+		return nil
+	}
+	x := &statusview.Explanation{Plugin: "routingpolicy", Server: rp.server, Zone: z.origin}
+	ans := &statusview.Answer{Scope: -1}
+	x.Answer = ans
+	loc := rp.cfg.Locator
+	id, from := loc.Locate(w.RemoteAddr(), r, rp.cfg.Public)
+	x.Location = locate(loc, id, from, q, rp.cfg.Public)
+	if q.Type == dns.TypeAXFR || q.Type == dns.TypeIXFR {
+		ans.Rcode = dns.RcodeToString[dns.RcodeRefused]
+		ans.Note = "zone transfers are refused"
+		return x
+	}
+
+	src := source{loc: loc, w: w, r: r, public: rp.cfg.Public, id: region.None}
+	m := new(dns.Msg)
+	m.SetReply(r)
+	var us [maxUsed]used
+	rnd := rand.Uint64 // the handler's may be a test's seeded source, not safe for concurrent use
+	res := z.lookup(m, qname, q.Type, &src, rnd, &us)
+	ans.Rcode = dns.RcodeToString[res.rcode]
+	if res.rcode == dns.RcodeNameError && len(m.Answer) == 0 && rp.cfg.Fall.Through(qname) {
+		ans.PassedOn = true
+		ans.Note = "the name does not exist here and fallthrough passes the query to the next plugin"
+	}
+	for _, rr := range m.Answer {
+		ans.Records = append(ans.Records, rr.String())
+	}
+	x.Location.Used = src.done
+	if res.n > 0 && src.src.ECS != nil {
+		// L-1: the answer carries the scope of the client subnet it used (RFC 7871).
+		ans.Scope = int(region.ScopeOption(src.src.ECS).SourceScope)
+	}
+	for i := range us[:res.n] {
+		p := us[i].p
+		ans.Sets = append(ans.Sets, p.explain(&src, rnd))
+		if p.qtype == dns.TypeCNAME && len(p.items) > 1 {
+			ans.Note = "the CNAME chase in the records follows one draw; another draw may lead elsewhere"
+		}
+	}
+	return x
+}
+
+// explainQuery makes up the query of q: its question, its client subnet option, and a writer
+// whose remote address is the client.
+func explainQuery(q statusview.Question) (*dns.Msg, dns.ResponseWriter) {
+	r := new(dns.Msg)
+	r.SetQuestion(q.Name, q.Type)
+	if q.ECS.IsValid() {
+		r.SetEdns0(dns.DefaultMsgSize, false)
+		fam := uint16(1)
+		if q.ECS.Addr().Is6() {
+			fam = 2
+		}
+		r.IsEdns0().Option = append(r.IsEdns0().Option, &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: fam,
+			SourceNetmask: uint8(q.ECS.Bits()), Address: q.ECS.Masked().Addr().AsSlice()}) //nolint:gosec // Bits is 0..128
+	}
+	return r, &explainWriter{addr: &net.UDPAddr{IP: q.Client.AsSlice()}}
+}
+
+// explainWriter is the writer of a made-up query: it only has a remote address, and nothing is
+// ever written to it.
+type explainWriter struct {
+	dns.ResponseWriter
+	addr net.Addr
+}
+
+func (w *explainWriter) RemoteAddr() net.Addr { return w.addr }
+
+// locate says how the region of a query was found (L-1, L-2).
+func locate(loc *region.Locator, id region.ID, from region.Source, q statusview.Question, public bool) statusview.Location {
+	t := loc.Table
+	out := statusview.Location{Region: t.Name(id), Address: from.Addr.String()}
+	var how []string
+	switch {
+	case from.ECS != nil:
+		out.ECS = q.ECS.Masked().String()
+		how = append(how, fmt.Sprintf("the EDNS Client Subnet %s (source prefix %d) of a public zone (L-1)", out.ECS, q.ECS.Bits()))
+	case q.ECS.IsValid() && !public:
+		how = append(how, "the client address: the zone is private, so the client subnet "+q.ECS.String()+" is ignored (L-1)")
+	case q.ECS.IsValid():
+		how = append(how, "the client address: a client subnet with source prefix 0 says nothing (L-1)")
+	default:
+		how = append(how, "the client address (no client subnet)")
+	}
+	if _, p := loc.Subnet(from.Addr); p.IsValid() {
+		out.Subnet = p.String()
+		how = append(how, fmt.Sprintf("%s is in `subnet %s %s` (L-2)", from.Addr, t.Name(id), p))
+	} else if id != region.None {
+		how = append(how, fmt.Sprintf("%s is in no configured subnet: the server's own region %s (L-2)", from.Addr, t.Name(id)))
+	} else {
+		how = append(how, fmt.Sprintf("%s is in no configured subnet and the server has no `region`: no region", from.Addr))
+	}
+	out.How = strings.Join(how, "; ")
+	return out
+}
+
+// explain lays out p for a query from s.
+func (p *policy) explain(s *source, rnd func() uint64) statusview.SetExplain {
+	out := statusview.SetExplain{Name: p.name, Type: dns.TypeToString[p.qtype], Policy: p.kind.String(), Fence: p.fence, Trickle: p.trickle}
+	switch p.kind {
+	case WRR:
+		var w wrrPool
+		p.pool(&w)
+		for i := range p.items {
+			it := &p.items[i]
+			c := p.chance(&w, i)
+			out.Items = append(out.Items, itemExplain(it, p.kind, c > 0, p.wrrWhy(&w, i, c)))
+			if c > 0 {
+				why := fmt.Sprintf("weight %g of %g", it.weight, w.total)
+				if w.total == 0 {
+					why = fmt.Sprintf("an even split between %d buckets (R-WRR-3)", w.n)
+				}
+				out.Outcomes = append(out.Outcomes, outcomeOf(c, it, w.all, rnd, outcome{failOpen: w.all && p.anyChecked()}, why))
+			}
+		}
+	case Geo:
+		from := s.region()
+		it, all, fb := p.pickGeo(from, true)
+		out.Items = p.geoItems(from, it, all)
+		out.Outcomes = append(out.Outcomes, outcomeOf(1, it, all, rnd, outcome{failOpen: all && !p.fence, fallback: fb}, geoWhy(p, it, all, fb, from)))
+	case Failover:
+		from := s.region()
+		primary := &p.items[0]
+		why := "its addresses are healthy: it answers (R-FO-1)"
+		if !primary.healthy() {
+			why = "every address is unhealthy: the backup answers (R-FO-2)"
+		}
+		out.Items = []statusview.ItemExplain{itemExplain(primary, p.kind, primary.healthy(), why)}
+		bit, ball, _ := p.backup.pickGeo(from, false)
+		out.Backup = p.backup.geoItems(from, bit, ball)
+		draws := []struct {
+			trickle bool
+			prob    float64
+		}{{false, 1 - min(p.trickle, 1)}, {true, min(p.trickle, 1)}}
+		for _, d := range draws {
+			if d.prob <= 0 {
+				continue
+			}
+			it, all, o := p.failover(s, d.trickle)
+			why := "the trickle draw keeps the query on the primary side"
+			if d.trickle {
+				why = fmt.Sprintf("the trickle (%g) sends the query to the backup side (R-FO-3)", p.trickle)
+			}
+			if p.trickle == 0 {
+				why = "no trickle"
+			}
+			out.Outcomes = mergeOutcome(out.Outcomes, outcomeOf(d.prob, it, all, rnd, o, why))
+		}
+	}
+	return out
+}
+
+// wrrWhy says why bucket i of p is in or out of the draw w.
+func (p *policy) wrrWhy(w *wrrPool, i int, c float64) string {
+	it := &p.items[i]
+	switch {
+	case w.all && it.weight == 0 && c == 0:
+		return "nothing is healthy and weight 0: a weighted bucket answers (R-WRR-6, R-WRR-7)"
+	case w.all:
+		return fmt.Sprintf("nothing is healthy: answering as if everything were (R-WRR-7), probability %.4g", c)
+	case !it.healthy():
+		return "no healthy address: not eligible, its share goes to the healthy buckets (R-WRR-4)" + unhealthySince(it)
+	case it.weight == 0 && c == 0:
+		return "weight 0: answers only when every weighted bucket is unhealthy (R-WRR-5)"
+	}
+	return fmt.Sprintf("eligible, probability %.4g (R-WRR-2)", c)
+}
+
+// geoItems lays out the locations of a geo policy nearest first for from, chosen being the one
+// that answers (nil when none can, for a failover's backup).
+func (p *policy) geoItems(from region.ID, chosen *item, all bool) []statusview.ItemExplain {
+	var out []statusview.ItemExplain
+	passed := true // before the chosen location in nearest order
+	for n, i := range p.order(from) {
+		it := &p.items[i]
+		var why string
+		switch {
+		case it == chosen && all && p.fence:
+			why = "fenced: the client's location answers with all its addresses although none is healthy (R-GEO-5)"
+		case it == chosen && all:
+			why = "every location is unhealthy: the nearest answers as if healthy (R-GEO-6)"
+		case it == chosen && n == 0:
+			why = "the nearest location to the client's region: it answers (R-GEO-1)"
+		case it == chosen:
+			why = "the nearest location with a healthy address: it answers (R-GEO-4)"
+		case passed && !it.healthy():
+			why = "nearer, but every address is unhealthy: passed over (R-GEO-4)" + unhealthySince(it)
+		case passed && chosen == nil:
+			why = "every address is unhealthy" + unhealthySince(it)
+		default:
+			why = "another region, farther than the one that answers"
+		}
+		if it == chosen {
+			passed = false
+		}
+		out = append(out, itemExplain(it, p.kind, it == chosen, why))
+	}
+	return out
+}
+
+// geoWhy says why a geo policy answered with it.
+func geoWhy(p *policy, it *item, all, fb bool, from region.ID) string {
+	switch {
+	case all && p.fence:
+		return "fenced location with nothing healthy: all its addresses (R-GEO-5)"
+	case all:
+		return "nothing is healthy: fail open to the nearest location (R-GEO-6)"
+	case fb:
+		return "the nearest healthy location (R-GEO-4)"
+	case it.loc == from:
+		return "the location of the client's region (R-GEO-1)"
+	}
+	return "the location nearest to the client's region (R-GEO-1)"
+}
+
+// unhealthySince names when the first checked address of it turned unhealthy and why.
+func unhealthySince(it *item) string {
+	for i := range it.addrs {
+		a := &it.addrs[i]
+		if a.checked() && !a.ok() && a.t != nil {
+			st := a.t.Status()
+			return fmt.Sprintf("; %s unhealthy since %s (%s)", rdata(a.rr), st.Since.UTC().Format("2006-01-02 15:04:05Z"), st.Reason)
+		}
+	}
+	return ""
+}
+
+// outcomeOf is one possible result: it answering, served whole when all is set.
+func outcomeOf(prob float64, it *item, all bool, rnd func() uint64, o outcome, why string) statusview.Outcome {
+	out := statusview.Outcome{Probability: prob, Item: it.label, FailOpen: o.failOpen, Fallback: o.fallback, Why: why}
+	if o.backup {
+		out.Side = "backup"
+	}
+	for _, rr := range it.appendRRs(nil, all, rnd) {
+		out.Addresses = append(out.Addresses, rdata(rr))
+	}
+	slices.Sort(out.Addresses)
+	return out
+}
+
+// mergeOutcome adds o to outs, adding up the probabilities of identical results.
+func mergeOutcome(outs []statusview.Outcome, o statusview.Outcome) []statusview.Outcome {
+	if o.Side == "" {
+		o.Side = "primary"
+	}
+	for i := range outs {
+		if outs[i].Item == o.Item && outs[i].Side == o.Side && slices.Equal(outs[i].Addresses, o.Addresses) && outs[i].FailOpen == o.FailOpen {
+			outs[i].Probability += o.Probability
+			outs[i].Why += "; or " + o.Why
+			return outs
+		}
+	}
+	return append(outs, o)
+}
+
+// itemExplain lays out one item.
+func itemExplain(it *item, k Kind, eligible bool, why string) statusview.ItemExplain {
+	out := statusview.ItemExplain{Label: it.label, Weight: it.weight, Eligible: eligible, Why: why, Addresses: addresses(it)}
+	if k == Geo {
+		out.Location = it.label
+	}
+	return out
+}
+
+// addresses are the rdata of it with their health.
+func addresses(it *item) []statusview.Address {
+	out := make([]statusview.Address, 0, len(it.addrs))
+	for i := range it.addrs {
+		a := &it.addrs[i]
+		v := statusview.Address{Value: rdata(a.rr), Checked: a.checked(), State: "unchecked"}
+		if a.t != nil {
+			v.Target = a.t.Key().String()
+		}
+		if v.Checked && a.t != nil {
+			st := a.t.Status()
+			v.State, v.Since, v.Reason = st.State.String(), st.Since, st.Reason
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// rdata is the data of rr as a master file writes it, without the owner, TTL, class and type.
+func rdata(rr dns.RR) string {
+	switch v := rr.(type) {
+	case *dns.A:
+		return v.A.String()
+	case *dns.AAAA:
+		return v.AAAA.String()
+	}
+	return strings.TrimPrefix(rr.String(), rr.Header().String())
+}

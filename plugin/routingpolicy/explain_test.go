@@ -1,0 +1,235 @@
+package routingpolicy
+
+import (
+	"math"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/coresteer/coresteer/plugin/pkg/health"
+	"github.com/coresteer/coresteer/plugin/pkg/statusview"
+
+	"github.com/miekg/dns"
+)
+
+const explainBlock = `routingpolicy example.org {
+	public
+	region us-east1
+	subnet europe-west1 10.2.0.0/16
+	subnet asia-northeast1 10.3.0.0/16
+	wrr www A 60 "60=10.0.0.1;30=10.0.0.2,10.0.0.3;10=10.0.0.4;0=10.0.0.5" healthcheck web
+	geo app A 60 "us-east1=10.1.0.1,10.1.0.2;europe-west1=10.2.0.1;asia-northeast1=10.3.0.1" healthcheck web
+	geo fenced A 60 "us-east1=10.1.0.1;europe-west1=10.2.0.1" fence healthcheck web
+	failover fo A 60 "10.9.0.1,10.9.0.2" "us-east1=10.1.0.1;europe-west1=10.2.0.1" trickle 0.2 healthcheck web
+}`
+
+// agree checks that what Explain says about q is what ServeDNS answers for the same query and
+// state (S-2): every answer ServeDNS gives is one of the explained outcomes, each outcome comes
+// up as often as its probability says, the rcode and the ECS scope are the explained ones. With
+// n answers, an outcome of probability p is expected n*p times with a standard deviation of
+// sqrt(n*p*(1-p)); the bound of 6 deviations is passed by a correct implementation less than
+// once in 10^8 runs per outcome.
+func agree(t *testing.T, rp *RoutingPolicy, q statusview.Question, n int) *statusview.SetExplain {
+	t.Helper()
+	x := rp.Explain(q)
+	if x == nil || x.Answer == nil || len(x.Answer.Sets) != 1 {
+		t.Fatalf("explain %s: %+v, want one record set", q.Name, x)
+	}
+	set := &x.Answer.Sets[0]
+	var total float64
+	want := map[string]float64{}
+	for _, o := range set.Outcomes {
+		total += o.Probability
+		want[strings.Join(o.Addresses, ",")] += o.Probability
+	}
+	if math.Abs(total-1) > 1e-9 {
+		t.Fatalf("explain %s: probabilities add up to %v, want 1: %+v", q.Name, total, set.Outcomes)
+	}
+	got := map[string]int{}
+	for range n {
+		m := new(dns.Msg)
+		m.SetQuestion(q.Name, q.Type)
+		if q.ECS.IsValid() {
+			m.SetEdns0(dns.DefaultMsgSize, false)
+			m.IsEdns0().Option = append(m.IsEdns0().Option, &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: 1,
+				SourceNetmask: uint8(q.ECS.Bits()), Address: q.ECS.Addr().AsSlice()})
+		}
+		r := askMsg(t, rp, m, q.Client.String())
+		if dns.RcodeToString[r.Rcode] != x.Answer.Rcode {
+			t.Fatalf("%s: ServeDNS rcode %s, explained %s", q.Name, dns.RcodeToString[r.Rcode], x.Answer.Rcode)
+		}
+		scope := -1
+		if o := r.IsEdns0(); o != nil {
+			for _, e := range o.Option {
+				if s, ok := e.(*dns.EDNS0_SUBNET); ok {
+					scope = int(s.SourceScope)
+				}
+			}
+		}
+		if scope != x.Answer.Scope {
+			t.Fatalf("%s: ServeDNS ECS scope %d, explained %d", q.Name, scope, x.Answer.Scope)
+		}
+		a := addrs(r)
+		if _, ok := want[a]; !ok {
+			t.Fatalf("%s: ServeDNS answered %q, not an explained outcome: %+v", q.Name, a, set.Outcomes)
+		}
+		got[a]++
+	}
+	for a, p := range want {
+		mean := float64(n) * p
+		sd := math.Sqrt(float64(n) * p * (1 - p))
+		if d := math.Abs(float64(got[a]) - mean); d > 6*sd+1e-9 {
+			t.Errorf("%s: %q answered %d times of %d, explained probability %.4f (expected %.0f ± %.0f)", q.Name, a, got[a], n, p, mean, 6*sd)
+		}
+	}
+	return set
+}
+
+func question(name, client, ecs string) statusview.Question {
+	q := statusview.Question{Name: dns.Fqdn(name), Type: dns.TypeA, Client: netip.MustParseAddr(client)}
+	if ecs != "" {
+		q.ECS = netip.MustParsePrefix(ecs)
+	}
+	return q
+}
+
+// S-2, R-WRR-2..7: the explained probabilities of a WRR record set are the shares ServeDNS serves,
+// as the health of the buckets changes.
+func TestExplainEqualsServeDNSWRR(t *testing.T) {
+	rp, b := newTest(t, explainBlock)
+	q := question("www.example.org", "10.9.9.9", "")
+	steps := []struct {
+		name  string
+		state map[string]health.State
+		want  map[string]float64 // outcome addresses -> probability
+	}{
+		{"all healthy (R-WRR-2)", nil, map[string]float64{"10.0.0.1": .6, "10.0.0.2,10.0.0.3": .3, "10.0.0.4": .1}},
+		{"one address of a bucket down (R-WRR-4)", map[string]health.State{"10.0.0.2": health.Unhealthy},
+			map[string]float64{"10.0.0.1": .6, "10.0.0.3": .3, "10.0.0.4": .1}},
+		{"a bucket down (R-WRR-4)", map[string]health.State{"10.0.0.1": health.Unhealthy},
+			map[string]float64{"10.0.0.3": .75, "10.0.0.4": .25}},
+		{"every weighted bucket down (R-WRR-5)", map[string]health.State{"10.0.0.1": health.Unhealthy, "10.0.0.3": health.Unhealthy, "10.0.0.4": health.Unhealthy},
+			map[string]float64{"10.0.0.5": 1}},
+		{"everything down (R-WRR-6, R-WRR-7)", map[string]health.State{"10.0.0.5": health.Unhealthy},
+			map[string]float64{"10.0.0.1": .6, "10.0.0.2,10.0.0.3": .3, "10.0.0.4": .1}},
+	}
+	for _, ip := range []string{"10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5"} {
+		set(b, "web", ip, health.Healthy)
+	}
+	for _, s := range steps {
+		for ip, st := range s.state {
+			set(b, "web", ip, st)
+		}
+		got := agree(t, rp, q, 20000)
+		m := map[string]float64{}
+		for _, o := range got.Outcomes {
+			m[strings.Join(o.Addresses, ",")] += o.Probability
+		}
+		if len(m) != len(s.want) {
+			t.Fatalf("%s: outcomes %v, want %v", s.name, m, s.want)
+		}
+		for a, p := range s.want {
+			if math.Abs(m[a]-p) > 1e-9 {
+				t.Fatalf("%s: P(%s) = %v, want %v", s.name, a, m[a], p)
+			}
+		}
+	}
+}
+
+// S-2, R-GEO-1..4, L-1, L-2: geo answers and the way the region was found, by client address and by
+// ECS on a public zone (the scope is the explained one).
+func TestExplainEqualsServeDNSGeo(t *testing.T) {
+	rp, b := newTest(t, explainBlock)
+	for _, ip := range []string{"10.1.0.1", "10.1.0.2", "10.2.0.1", "10.3.0.1"} {
+		set(b, "web", ip, health.Healthy)
+	}
+	cases := []struct {
+		q              statusview.Question
+		region, subnet string
+		want           string
+	}{
+		{question("app.example.org", "10.2.3.4", ""), "europe-west1", "10.2.0.0/16", "10.2.0.1"},
+		{question("app.example.org", "192.0.2.1", ""), "us-east1", "", "10.1.0.1,10.1.0.2"},
+		// L-1: ECS on a public zone decides, and the answer carries its scope.
+		{question("app.example.org", "10.2.3.4", "10.3.7.0/24"), "asia-northeast1", "10.3.0.0/16", "10.3.0.1"},
+	}
+	for _, c := range cases {
+		x := rp.Explain(c.q)
+		if x.Location.Region != c.region || x.Location.Subnet != c.subnet || !x.Location.Used {
+			t.Fatalf("%v: location %+v, want region %s subnet %q, used", c.q, x.Location, c.region, c.subnet)
+		}
+		if c.q.ECS.IsValid() && (x.Answer.Scope != c.q.ECS.Bits() || !strings.Contains(x.Location.How, "Client Subnet")) {
+			t.Fatalf("ECS: scope %d, how %q", x.Answer.Scope, x.Location.How)
+		}
+		set := agree(t, rp, c.q, 50)
+		if len(set.Outcomes) != 1 || strings.Join(set.Outcomes[0].Addresses, ",") != c.want {
+			t.Fatalf("%v: outcomes %+v, want %s", c.q, set.Outcomes, c.want)
+		}
+	}
+	// R-GEO-4: europe-west1 down: the next nearest location answers, and explain says why.
+	set(b, "web", "10.2.0.1", health.Unhealthy)
+	s := agree(t, rp, question("app.example.org", "10.2.3.4", ""), 50)
+	if !s.Outcomes[0].Fallback || s.Items[0].Eligible || !strings.Contains(s.Items[0].Why, "R-GEO-4") || !strings.Contains(s.Items[0].Why, "unhealthy since") {
+		t.Fatalf("fallback: %+v", s)
+	}
+}
+
+// S-2, R-GEO-5: a fenced location with nothing healthy answers with all its addresses.
+func TestExplainEqualsServeDNSFencedGeo(t *testing.T) {
+	rp, b := newTest(t, explainBlock)
+	set(b, "web", "10.1.0.1", health.Healthy)
+	set(b, "web", "10.2.0.1", health.Unhealthy)
+	s := agree(t, rp, question("fenced.example.org", "10.2.3.4", ""), 50)
+	if len(s.Outcomes) != 1 || s.Outcomes[0].Addresses[0] != "10.2.0.1" || !strings.Contains(s.Items[0].Why, "R-GEO-5") {
+		t.Fatalf("fenced: %+v", s)
+	}
+}
+
+// S-2, R-FO-1..4: the trickle probabilities of a failover, as the primary fails and recovers.
+func TestExplainEqualsServeDNSFailover(t *testing.T) {
+	rp, b := newTest(t, explainBlock)
+	for _, ip := range []string{"10.9.0.1", "10.9.0.2", "10.1.0.1", "10.2.0.1"} {
+		set(b, "web", ip, health.Healthy)
+	}
+	q := question("fo.example.org", "10.2.3.4", "")
+	// R-FO-3: 80 % primary, 20 % the backup's location for the client (europe-west1).
+	s := agree(t, rp, q, 20000)
+	if len(s.Outcomes) != 2 || s.Outcomes[0].Side != "primary" || math.Abs(s.Outcomes[1].Probability-0.2) > 1e-9 || s.Outcomes[1].Addresses[0] != "10.2.0.1" {
+		t.Fatalf("trickle: %+v", s.Outcomes)
+	}
+	// R-FO-2: the primary down: the backup answers every query.
+	set(b, "web", "10.9.0.1", health.Unhealthy)
+	set(b, "web", "10.9.0.2", health.Unhealthy)
+	s = agree(t, rp, q, 200)
+	if len(s.Outcomes) != 1 || s.Outcomes[0].Side != "backup" || s.Items[0].Eligible {
+		t.Fatalf("primary down: %+v", s)
+	}
+	// R-FO-4: both down: fail open, the trickle share to the backup's nearest location.
+	set(b, "web", "10.1.0.1", health.Unhealthy)
+	set(b, "web", "10.2.0.1", health.Unhealthy)
+	s = agree(t, rp, q, 20000)
+	if len(s.Outcomes) != 2 || !s.Outcomes[0].FailOpen || !s.Outcomes[1].FailOpen {
+		t.Fatalf("both down: %+v", s.Outcomes)
+	}
+}
+
+// S-2: names nobody here answers, names that do not exist, and a private zone's ECS.
+func TestExplainOtherNames(t *testing.T) {
+	rp, _ := newTest(t, explainBlock)
+	if x := rp.Explain(question("www.example.com", "10.9.9.9", "")); x != nil {
+		t.Fatalf("a name of another zone: %+v, want nil", x)
+	}
+	x := rp.Explain(question("nx.example.org", "10.9.9.9", ""))
+	if x == nil || x.Answer.Rcode != "NXDOMAIN" || len(x.Answer.Sets) != 0 || x.Answer.Scope != -1 {
+		t.Fatalf("NXDOMAIN: %+v", x)
+	}
+	priv, _ := newTest(t, strings.Replace(explainBlock, "public\n", "", 1))
+	x = priv.Explain(question("app.example.org", "10.2.3.4", "10.3.7.0/24"))
+	if x.Location.Region != "europe-west1" || x.Answer.Scope != -1 || !strings.Contains(x.Location.How, "private") {
+		t.Fatalf("private zone with ECS: %+v %+v", x.Location, x.Answer)
+	}
+	if !slices.Equal(x.Answer.Sets[0].Outcomes[0].Addresses, []string{"10.2.0.1"}) {
+		t.Fatalf("private zone: %+v", x.Answer.Sets[0].Outcomes)
+	}
+}
