@@ -3,7 +3,6 @@ package routingpolicy
 import (
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"slices"
 	"strings"
 
@@ -20,7 +19,7 @@ import (
 // functions that draw (pool and chance for WRR, pickGeo, failover with and without the trickle).
 // Nothing is written: no metric, no metadata, no log (S-3).
 func (rp *RoutingPolicy) Explain(q statusview.Question) *statusview.Explanation {
-	r, w := explainQuery(q)
+	r, w := statusview.Query(q)
 	state := request.Request{W: w, Req: r}
 	qname := queryName(state)
 	d := rp.data.Load()
@@ -32,8 +31,7 @@ func (rp *RoutingPolicy) Explain(q statusview.Question) *statusview.Explanation 
 	ans := &statusview.Answer{Scope: -1}
 	x.Answer = ans
 	loc := rp.cfg.Locator
-	id, from := loc.Locate(w.RemoteAddr(), r, rp.cfg.Public)
-	x.Location = locate(loc, id, from, q, rp.cfg.Public)
+	x.Location = statusview.Locate(loc, r, w, q, rp.cfg.Public)
 	if q.Type == dns.TypeAXFR || q.Type == dns.TypeIXFR {
 		ans.Rcode = dns.RcodeToString[dns.RcodeRefused]
 		ans.Note = "zone transfers are refused"
@@ -67,60 +65,6 @@ func (rp *RoutingPolicy) Explain(q statusview.Question) *statusview.Explanation 
 		}
 	}
 	return x
-}
-
-// explainQuery makes up the query of q: its question, its client subnet option, and a writer
-// whose remote address is the client.
-func explainQuery(q statusview.Question) (*dns.Msg, dns.ResponseWriter) {
-	r := new(dns.Msg)
-	r.SetQuestion(q.Name, q.Type)
-	if q.ECS.IsValid() {
-		r.SetEdns0(dns.DefaultMsgSize, false)
-		fam := uint16(1)
-		if q.ECS.Addr().Is6() {
-			fam = 2
-		}
-		r.IsEdns0().Option = append(r.IsEdns0().Option, &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: fam,
-			SourceNetmask: uint8(q.ECS.Bits()), Address: q.ECS.Masked().Addr().AsSlice()}) //nolint:gosec // Bits is 0..128
-	}
-	return r, &explainWriter{addr: &net.UDPAddr{IP: q.Client.AsSlice()}}
-}
-
-// explainWriter is the writer of a made-up query: it only has a remote address, and nothing is
-// ever written to it.
-type explainWriter struct {
-	dns.ResponseWriter
-	addr net.Addr
-}
-
-func (w *explainWriter) RemoteAddr() net.Addr { return w.addr }
-
-// locate says how the region of a query was found (L-1, L-2).
-func locate(loc *region.Locator, id region.ID, from region.Source, q statusview.Question, public bool) statusview.Location {
-	t := loc.Table
-	out := statusview.Location{Region: t.Name(id), Address: from.Addr.String()}
-	var how []string
-	switch {
-	case from.ECS != nil:
-		out.ECS = q.ECS.Masked().String()
-		how = append(how, fmt.Sprintf("the EDNS Client Subnet %s (source prefix %d) of a public zone (L-1)", out.ECS, q.ECS.Bits()))
-	case q.ECS.IsValid() && !public:
-		how = append(how, "the client address: the zone is private, so the client subnet "+q.ECS.String()+" is ignored (L-1)")
-	case q.ECS.IsValid():
-		how = append(how, "the client address: a client subnet with source prefix 0 says nothing (L-1)")
-	default:
-		how = append(how, "the client address (no client subnet)")
-	}
-	if _, p := loc.Subnet(from.Addr); p.IsValid() {
-		out.Subnet = p.String()
-		how = append(how, fmt.Sprintf("%s is in `subnet %s %s` (L-2)", from.Addr, t.Name(id), p))
-	} else if id != region.None {
-		how = append(how, fmt.Sprintf("%s is in no configured subnet: the server's own region %s (L-2)", from.Addr, t.Name(id)))
-	} else {
-		how = append(how, fmt.Sprintf("%s is in no configured subnet and the server has no `region`: no region", from.Addr))
-	}
-	out.How = strings.Join(how, "; ")
-	return out
 }
 
 // explain lays out p for a query from s.
