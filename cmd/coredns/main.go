@@ -13,6 +13,7 @@ import (
 	"github.com/coresteer/coresteer/plugin/pkg/version"
 	_ "github.com/coresteer/coresteer/plugin/pschealth"
 	_ "github.com/coresteer/coresteer/plugin/routingpolicy"
+	_ "github.com/coresteer/coresteer/plugin/status"
 )
 
 func main() {

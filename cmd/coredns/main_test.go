@@ -9,7 +9,7 @@ import (
 	"github.com/coresteer/coresteer/plugin/pkg/chain"
 )
 
-// `coredns -plugins` lists our four plugins: this binary registers them.
+// `coredns -plugins` lists our plugins: this binary registers them.
 func TestPluginsListed(t *testing.T) {
 	listed := strings.Fields(caddy.DescribePlugins())
 	for _, name := range chain.Names() {
