@@ -8,4 +8,5 @@ import (
 	_ "github.com/coresteer/coresteer/plugin/outbound"
 	_ "github.com/coresteer/coresteer/plugin/pschealth"
 	_ "github.com/coresteer/coresteer/plugin/routingpolicy"
+	_ "github.com/coresteer/coresteer/plugin/status"
 )
