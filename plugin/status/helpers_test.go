@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 	_ "github.com/coresteer/coresteer/plugin/healthcheck"
 	_ "github.com/coresteer/coresteer/plugin/outbound"
+	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 	_ "github.com/coresteer/coresteer/plugin/pschealth"
 	_ "github.com/coresteer/coresteer/plugin/routingpolicy"
 
@@ -28,7 +28,7 @@ type backend struct {
 // startBackends starts a healthy web backend on each address, all on one port (the check's),
 // and returns the port. The port is free on every address, so tests running at once do not
 // collide.
-func startBackends(t *testing.T, addrs ...string) (string, map[string]*backend) {
+func startBackends(t testing.TB, addrs ...string) (string, map[string]*backend) {
 	t.Helper()
 	for range 20 {
 		first, err := net.Listen("tcp", addrs[0]+":0")
@@ -100,7 +100,7 @@ func getJSON(t *testing.T, url string, v any) {
 }
 
 // waitFor polls cond with a deadline; it does not depend on the machine's speed.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for !cond() {
@@ -112,7 +112,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 // resolver is a DNS server on a loopback address that answers every A query.
-func startResolver(t *testing.T, ip string) string {
+func startResolver(t testing.TB, ip string) string {
 	t.Helper()
 	pc, err := net.ListenPacket("udp", ip+":0")
 	if err != nil {
@@ -188,7 +188,7 @@ func fullCorefile(statusAddr, port, resolver, extra string) string {
 
 // startFull starts fullCorefile and returns the server, the status page's base URL and the
 // backends.
-func startFull(t *testing.T) (*coretest.Server, string, map[string]*backend) {
+func startFull(t testing.TB) (*coretest.Server, string, map[string]*backend) {
 	t.Helper()
 	port, bs := startBackends(t, "127.0.77.1", "127.0.77.2", "127.0.77.3", "127.0.77.4")
 	statusAddr := "127.0.0.1:" + coretest.FreePort(t)
