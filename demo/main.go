@@ -58,8 +58,8 @@ func main() {
 const (
 	statusURL = "http://127.0.0.1:8182/" // the status plugin of Corefile.example
 	server    = "127.0.0.1:1053"
-	usCli  = "127.0.1.10" // a client in us-east1's subnet
-	euCli  = "127.0.2.10" // a client in europe-west1's subnet
+	usCli     = "127.0.1.10" // a client in us-east1's subnet
+	euCli     = "127.0.2.10" // a client in europe-west1's subnet
 )
 
 // The web backends of Corefile.example, all serving /healthz on port 8080.

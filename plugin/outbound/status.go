@@ -65,7 +65,7 @@ func (o *Outbound) Explain(q statusview.Question) *statusview.Explanation {
 	if o.fq != nil {
 		e := o.fq.slots[int(from)+1].Load()
 		if e == nil || !e.rk.acquire() {
-			f.Note = fmt.Sprintf("%s is not resolved for this region yet: the first query resolves it through this server (O-8)", o.fqdn)
+			f.Note = o.fqdn + " is not resolved for this region yet: the first query resolves it through this server (O-8)"
 			return x
 		}
 		rk = e.rk
@@ -119,11 +119,10 @@ func (o *Outbound) why(rk *ranker, i int, k key, ratio, lat float64, consec int,
 	} else {
 		parts = append(parts, "no latency yet (ties with the best)")
 	}
-	switch d := rk.table.Distance(from, rk.regions[i]); {
-	case from == region.None:
+	if from == region.None {
 		parts = append(parts, "client in no region: distance does not count")
-	default:
-		parts = append(parts, fmt.Sprintf("%.0f km from %s", d, rk.table.Name(from)))
+	} else {
+		parts = append(parts, fmt.Sprintf("%.0f km from %s", rk.table.Distance(from, rk.regions[i]), rk.table.Name(from)))
 	}
 	if consec >= demoteAfter {
 		parts = append(parts, fmt.Sprintf("demoted: %d consecutive failures", consec))

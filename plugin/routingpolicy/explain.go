@@ -142,7 +142,7 @@ func (p *policy) wrrWhy(w *wrrPool, i int, c float64) string {
 // geoItems lays out the locations of a geo policy nearest first for from, chosen being the one
 // that answers (nil when none can, for a failover's backup).
 func (p *policy) geoItems(from region.ID, chosen *item, all bool) []statusview.ItemExplain {
-	var out []statusview.ItemExplain
+	out := make([]statusview.ItemExplain, 0, len(p.items))
 	passed := true // before the chosen location in nearest order
 	for n, i := range p.order(from) {
 		it := &p.items[i]

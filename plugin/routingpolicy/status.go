@@ -83,11 +83,11 @@ func servedCounts() map[[3]string]uint64 {
 	}()
 	for m := range ch {
 		var pb dto.Metric
-		if m.Write(&pb) != nil || pb.Counter == nil {
+		if m.Write(&pb) != nil || pb.GetCounter() == nil {
 			continue
 		}
 		var k [3]string
-		for _, l := range pb.Label {
+		for _, l := range pb.GetLabel() {
 			switch l.GetName() {
 			case "zone":
 				k[0] = l.GetValue()
@@ -97,7 +97,7 @@ func servedCounts() map[[3]string]uint64 {
 				k[2] = l.GetValue()
 			}
 		}
-		out[k] += uint64(pb.Counter.GetValue())
+		out[k] += uint64(pb.GetCounter().GetValue())
 	}
 	return out
 }

@@ -18,7 +18,7 @@ import (
 // sections are the parts of /status.json that ?section= selects; the page links each.
 var sections = []string{"targets", "loadbalancers", "composites", "recordsets", "outbound", "fleet"}
 
-func (s *Status) page(w http.ResponseWriter, r *http.Request) {
+func (s *Status) page(w http.ResponseWriter, _ *http.Request) {
 	render(w, http.StatusOK, "page", pageData{View: s.view(), Sections: sections})
 }
 

@@ -28,12 +28,12 @@ type backend struct {
 // startBackends starts a healthy web backend on each address, all on one port (the check's),
 // and returns the port. The port is free on every address, so tests running at once do not
 // collide.
-func startBackends(t testing.TB, addrs ...string) (string, map[string]*backend) {
-	t.Helper()
+func startBackends(tb testing.TB, addrs ...string) (string, map[string]*backend) {
+	tb.Helper()
 	for range 20 {
 		first, err := net.Listen("tcp", addrs[0]+":0")
 		if err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 		_, port, _ := net.SplitHostPort(first.Addr().String())
 		lns := []net.Listener{first}
@@ -62,12 +62,12 @@ func startBackends(t testing.TB, addrs ...string) (string, map[string]*backend) 
 				fmt.Fprintln(w, "ok")
 			})}
 			go func() { _ = srv.Serve(ln) }()
-			t.Cleanup(func() { _ = srv.Close() })
+			tb.Cleanup(func() { _ = srv.Close() })
 			out[addrs[i]] = b
 		}
 		return port, out
 	}
-	t.Fatal("no port free on every backend address")
+	tb.Fatal("no port free on every backend address")
 	return "", nil
 }
 
@@ -100,23 +100,23 @@ func getJSON(t *testing.T, url string, v any) {
 }
 
 // waitFor polls cond with a deadline; it does not depend on the machine's speed.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
+func waitFor(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			tb.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
 
 // resolver is a DNS server on a loopback address that answers every A query.
-func startResolver(t testing.TB, ip string) string {
-	t.Helper()
+func startResolver(tb testing.TB, ip string) string {
+	tb.Helper()
 	pc, err := net.ListenPacket("udp", ip+":0")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
 		m := new(dns.Msg)
@@ -128,7 +128,7 @@ func startResolver(t testing.TB, ip string) string {
 		_ = w.WriteMsg(m)
 	})}
 	go func() { _ = srv.ActivateAndServe() }()
-	t.Cleanup(func() { _ = srv.Shutdown() })
+	tb.Cleanup(func() { _ = srv.Shutdown() })
 	return pc.LocalAddr().String()
 }
 
@@ -188,13 +188,13 @@ func fullCorefile(statusAddr, port, resolver, extra string) string {
 
 // startFull starts fullCorefile and returns the server, the status page's base URL and the
 // backends.
-func startFull(t testing.TB) (*coretest.Server, string, map[string]*backend) {
-	t.Helper()
-	port, bs := startBackends(t, "127.0.77.1", "127.0.77.2", "127.0.77.3", "127.0.77.4")
-	statusAddr := "127.0.0.1:" + coretest.FreePort(t)
-	s := coretest.Start(t, fullCorefile(statusAddr, port, startResolver(t, "127.0.0.61"), ""))
+func startFull(tb testing.TB) (*coretest.Server, string, map[string]*backend) {
+	tb.Helper()
+	port, bs := startBackends(tb, "127.0.77.1", "127.0.77.2", "127.0.77.3", "127.0.77.4")
+	statusAddr := "127.0.0.1:" + coretest.FreePort(tb)
+	s := coretest.Start(tb, fullCorefile(statusAddr, port, startResolver(tb, "127.0.0.61"), ""))
 	base := "http://" + statusAddr
-	waitFor(t, "the status page", func() bool {
+	waitFor(tb, "the status page", func() bool {
 		resp, err := http.Get(base + "/status.json")
 		if err == nil {
 			resp.Body.Close()

@@ -156,7 +156,7 @@ func TestStatusFollowsReloads(t *testing.T) {
 	names := func() string {
 		var sets []statusview.RecordSet
 		getJSON(t, base+"/status.json?section=recordsets", &sets)
-		var out []string
+		out := make([]string, 0, len(sets))
 		for _, rs := range sets {
 			out = append(out, strings.TrimSuffix(rs.Name, ".example.org."))
 		}

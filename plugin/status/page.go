@@ -73,10 +73,7 @@ func since(t time.Time) string {
 	if t.IsZero() {
 		return "never"
 	}
-	d := time.Since(t).Round(time.Second)
-	if d < 0 {
-		d = 0
-	}
+	d := max(time.Since(t).Round(time.Second), 0)
 	return d.String() + " ago"
 }
 
