@@ -34,7 +34,7 @@ func TestLiveIsNewestInstance(t *testing.T) {
 	names := func() []string {
 		var v View
 		r.Collect(&v)
-		var out []string
+		out := make([]string, 0, len(v.RecordSets))
 		for _, rs := range v.RecordSets {
 			out = append(out, rs.Name)
 		}
