@@ -21,7 +21,7 @@ import (
 func (rp *RoutingPolicy) Explain(q statusview.Question) *statusview.Explanation {
 	r, w := statusview.Query(q)
 	state := request.Request{W: w, Req: r}
-	qname := queryName(state)
+	qname := queryName(&state)
 	d := rp.data.Load()
 	z := d.match(qname)
 	if z == nil {

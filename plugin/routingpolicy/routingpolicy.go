@@ -68,7 +68,7 @@ func (rp *RoutingPolicy) Name() string { return "routingpolicy" }
 // ServeDNS implements plugin.Handler.
 func (rp *RoutingPolicy) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 	state := request.Request{W: w, Req: r}
-	qname := queryName(state)
+	qname := queryName(&state)
 	d := rp.data.Load()
 	z := d.match(qname)
 	if z == nil {
@@ -116,7 +116,7 @@ func (rp *RoutingPolicy) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *
 }
 
 // queryName is the name of the query in the form the zone's names are in (ServeDNS and explain).
-func queryName(state request.Request) string {
+func queryName(state *request.Request) string {
 	qname := state.Name()
 	if strings.IndexByte(qname, '\\') >= 0 && !wireEscaped(qname) {
 		// A name built in the server, not unpacked from the wire (`\097bc` for `abc`): the zone's

@@ -197,7 +197,10 @@ type Leader struct {
 }
 
 // Fleet is the healthcheck fleet (DESIGN.md section 8) as this replica sees it. Enabled is false
-// while no healthcheck block runs a fleet: the page says "fleet off".
+// while no healthcheck block runs a fleet: the page says "fleet off". The healthcheck block that
+// runs a fleet fills it from its Fill, like everything else: the members from their leases (F-1),
+// and for each (check, target, prober region) the members rendezvous hashing chooses (F-2); Note
+// says when the replica decides alone because etcd is unreachable (F-4).
 type Fleet struct {
 	Enabled bool          `json:"enabled"`
 	Self    string        `json:"self,omitempty"`
