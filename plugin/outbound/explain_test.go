@@ -92,3 +92,44 @@ func TestExplainRanksAsServeDNS(t *testing.T) {
 		t.Fatalf("example.org: %+v", xs)
 	}
 }
+
+// S-2, O-8: an FQDN target is explained once a query from the client's region resolved it; before
+// that, explain says it is not resolved yet, and sends nothing itself (S-3).
+func TestExplainFQDNTarget(t *testing.T) {
+	r1 := startResolver(t, "127.0.0.31")
+	s := coretest.Start(t, `.:0 {
+	bind 127.0.0.1
+	routingpolicy corp. {
+		subnet europe-west1 127.0.1.0/24
+		geo resolvers A 30 "europe-west1=127.0.0.31"
+	}
+	outbound example. {
+		to resolvers.corp:`+r1.port()+`
+		private 127.0.0.0/8
+		endpoint eu europe-west1 127.0.0.11
+		subnet europe-west1 127.0.1.0/24
+	}
+}`)
+	q := statusview.Question{Name: "a.example.", Type: dns.TypeA, Client: netip.MustParseAddr("127.0.1.1")}
+	var fwd *statusview.Forward
+	for _, x := range statusview.Default.Explain(q) {
+		if x.Plugin == "outbound" {
+			fwd = x.Forward
+		}
+	}
+	if fwd == nil || len(fwd.Pairs) != 0 || !strings.Contains(fwd.Note, "not resolved") {
+		t.Fatalf("before a query: %+v", fwd)
+	}
+	if n := r1.queries.Load(); n != 0 {
+		t.Fatalf("explain sent %d queries", n)
+	}
+	mustQuery(t, s, "127.0.1.1", "a.example.")
+	for _, x := range statusview.Default.Explain(q) {
+		if x.Plugin == "outbound" {
+			fwd = x.Forward
+		}
+	}
+	if len(fwd.Pairs) != 1 || fwd.Pairs[0].Endpoint != "eu" || !strings.HasPrefix(fwd.Pairs[0].Target, "127.0.0.31") {
+		t.Fatalf("after a query: %+v", fwd)
+	}
+}
