@@ -52,23 +52,37 @@ func (rp *RoutingPolicy) Explain(q statusview.Question) *statusview.Explanation 
 	for _, rr := range m.Answer {
 		ans.Records = append(ans.Records, rr.String())
 	}
-	x.Location.Used = src.done
-	if res.n > 0 && src.src.ECS != nil {
-		// L-1: the answer carries the scope of the client subnet it used (RFC 7871).
-		ans.Scope = int(region.ScopeOption(src.src.ECS).SourceScope)
+	// L-1: only a draw that locates the client carries the ECS scope (ServeDNS sets it when the
+	// lookup located the client): scope is its value, each outcome says whether its draw does.
+	scope := -1
+	ls := source{loc: loc, w: w, r: r, public: rp.cfg.Public, id: region.None}
+	if ls.region(); ls.src.ECS != nil {
+		scope = int(region.ScopeOption(ls.src.ECS).SourceScope)
 	}
 	for i := range us[:res.n] {
 		p := us[i].p
-		ans.Sets = append(ans.Sets, p.explain(&src, rnd))
+		ans.Sets = append(ans.Sets, p.explain(&src, rnd, scope))
 		if p.qtype == dns.TypeCNAME && len(p.items) > 1 {
 			ans.Note = "the CNAME chase in the records follows one draw; another draw may lead elsewhere"
 		}
 	}
+	chainScope(ans.Sets, scope)
+	for _, set := range ans.Sets {
+		for _, o := range set.Outcomes {
+			if o.UsesRegion {
+				x.Location.Used = true
+			}
+		}
+	}
+	if x.Location.Used && scope >= 0 {
+		ans.Scope = scope
+	}
 	return x
 }
 
-// explain lays out p for a query from s.
-func (p *policy) explain(s *source, rnd func() uint64) statusview.SetExplain {
+// explain lays out p for a query from s. scope is the ECS scope an answer carries when its draw
+// locates the client (-1: none).
+func (p *policy) explain(s *source, rnd func() uint64, scope int) statusview.SetExplain {
 	out := statusview.SetExplain{Name: p.name, Type: dns.TypeToString[p.qtype], Policy: p.kind.String(), Fence: p.fence, Trickle: p.trickle}
 	switch p.kind {
 	case WRR:
@@ -83,14 +97,15 @@ func (p *policy) explain(s *source, rnd func() uint64) statusview.SetExplain {
 				if w.total == 0 {
 					why = fmt.Sprintf("an even split between %d buckets (R-WRR-3)", w.n)
 				}
-				out.Outcomes = append(out.Outcomes, outcomeOf(c, it, w.all, rnd, outcome{failOpen: w.all && p.anyChecked()}, why))
+				// WRR never locates the client.
+				out.Outcomes = append(out.Outcomes, outcomeOf(c, it, w.all, rnd, outcome{failOpen: w.all && p.anyChecked()}, why, false, scope))
 			}
 		}
 	case Geo:
 		from := s.region()
 		it, all, fb := p.pickGeo(from, true)
 		out.Items = p.geoItems(from, it, all)
-		out.Outcomes = append(out.Outcomes, outcomeOf(1, it, all, rnd, outcome{failOpen: all && !p.fence, fallback: fb}, geoWhy(p, it, all, fb, from)))
+		out.Outcomes = append(out.Outcomes, outcomeOf(1, it, all, rnd, outcome{failOpen: all && !p.fence, fallback: fb}, geoWhy(p, it, all, fb, from), true, scope))
 	case Failover:
 		from := s.region()
 		primary := &p.items[0]
@@ -109,7 +124,11 @@ func (p *policy) explain(s *source, rnd func() uint64) statusview.SetExplain {
 			if d.prob <= 0 {
 				continue
 			}
-			it, all, o := p.failover(s, d.trickle)
+			// Each draw from a client not located yet, as ServeDNS's: a draw that stays on a
+			// healthy primary never locates the client, so its answer carries no ECS scope.
+			ds := *s
+			ds.done = false
+			it, all, o := p.failover(&ds, d.trickle)
 			why := "the trickle draw keeps the query on the primary side"
 			if d.trickle {
 				why = fmt.Sprintf("the trickle (%g) sends the query to the backup side (R-FO-3)", p.trickle)
@@ -117,10 +136,31 @@ func (p *policy) explain(s *source, rnd func() uint64) statusview.SetExplain {
 			if p.trickle == 0 {
 				why = "no trickle"
 			}
-			out.Outcomes = mergeOutcome(out.Outcomes, outcomeOf(d.prob, it, all, rnd, o, why))
+			out.Outcomes = mergeOutcome(out.Outcomes, outcomeOf(d.prob, it, all, rnd, o, why, ds.done, scope))
 		}
 	}
 	return out
+}
+
+// chainScope sets the scope of the outcomes of sets that do not locate the client when another
+// set of the chain always does: ServeDNS sets the scope when any policy of the lookup located it.
+func chainScope(sets []statusview.SetExplain, scope int) {
+	for i := range sets {
+		always := len(sets[i].Outcomes) > 0
+		for _, o := range sets[i].Outcomes {
+			always = always && o.UsesRegion
+		}
+		if !always {
+			continue
+		}
+		for j := range sets {
+			for k := range sets[j].Outcomes {
+				if o := &sets[j].Outcomes[k]; !o.UsesRegion {
+					o.UsesRegion, o.Scope = true, scope
+				}
+			}
+		}
+	}
 }
 
 // wrrWhy says why bucket i of p is in or out of the draw w.
@@ -198,9 +238,14 @@ func unhealthySince(it *item) string {
 	return ""
 }
 
-// outcomeOf is one possible result: it answering, served whole when all is set.
-func outcomeOf(prob float64, it *item, all bool, rnd func() uint64, o outcome, why string) statusview.Outcome {
-	out := statusview.Outcome{Probability: prob, Item: it.label, FailOpen: o.failOpen, Fallback: o.fallback, Why: why}
+// outcomeOf is one possible result: it answering, served whole when all is set; located says
+// whether its draw locates the client, and so carries scope.
+func outcomeOf(prob float64, it *item, all bool, rnd func() uint64, o outcome, why string, located bool, scope int) statusview.Outcome {
+	out := statusview.Outcome{Probability: prob, Item: it.label, FailOpen: o.failOpen, Fallback: o.fallback, Why: why,
+		UsesRegion: located, Scope: -1}
+	if located {
+		out.Scope = scope
+	}
 	if o.backup {
 		out.Side = "backup"
 	}
@@ -217,7 +262,8 @@ func mergeOutcome(outs []statusview.Outcome, o statusview.Outcome) []statusview.
 		o.Side = "primary"
 	}
 	for i := range outs {
-		if outs[i].Item == o.Item && outs[i].Side == o.Side && slices.Equal(outs[i].Addresses, o.Addresses) && outs[i].FailOpen == o.FailOpen {
+		if outs[i].Item == o.Item && outs[i].Side == o.Side && slices.Equal(outs[i].Addresses, o.Addresses) && outs[i].FailOpen == o.FailOpen &&
+			outs[i].UsesRegion == o.UsesRegion {
 			outs[i].Probability += o.Probability
 			outs[i].Why += "; or " + o.Why
 			return outs

@@ -4,6 +4,7 @@ import (
 	"math"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -41,7 +42,7 @@ func agree(t *testing.T, rp *RoutingPolicy, q statusview.Question, n int) *statu
 	want := map[string]float64{}
 	for _, o := range set.Outcomes {
 		total += o.Probability
-		want[strings.Join(o.Addresses, ",")] += o.Probability
+		want[outcomeKey(o.Addresses, o.Scope)] += o.Probability
 	}
 	if math.Abs(total-1) > 1e-9 {
 		t.Fatalf("explain %s: probabilities add up to %v, want 1: %+v", q.Name, total, set.Outcomes)
@@ -67,10 +68,11 @@ func agree(t *testing.T, rp *RoutingPolicy, q statusview.Question, n int) *statu
 				}
 			}
 		}
-		if scope != x.Answer.Scope {
+		if scope >= 0 && scope != x.Answer.Scope {
 			t.Fatalf("%s: ServeDNS ECS scope %d, explained %d", q.Name, scope, x.Answer.Scope)
 		}
-		a := addrs(r)
+		// L-1: the scope is that of the draw (outcome) the answer came from.
+		a := addrs(r) + "|" + strconv.Itoa(scope)
 		if _, ok := want[a]; !ok {
 			t.Fatalf("%s: ServeDNS answered %q, not an explained outcome: %+v", q.Name, a, set.Outcomes)
 		}
@@ -84,6 +86,11 @@ func agree(t *testing.T, rp *RoutingPolicy, q statusview.Question, n int) *statu
 		}
 	}
 	return set
+}
+
+// outcomeKey is an answer's addresses and ECS scope, as agree counts them.
+func outcomeKey(addrs []string, scope int) string {
+	return strings.Join(addrs, ",") + "|" + strconv.Itoa(scope)
 }
 
 func question(name, client, ecs string) statusview.Question {
@@ -231,5 +238,34 @@ func TestExplainOtherNames(t *testing.T) {
 	}
 	if !slices.Equal(x.Answer.Sets[0].Outcomes[0].Addresses, []string{"10.2.0.1"}) {
 		t.Fatalf("private zone: %+v", x.Answer.Sets[0].Outcomes)
+	}
+}
+
+// S-2, L-1, R-FO-3: with a trickle, a failover answers a query with a client subnet with an ECS
+// scope only on the draws that consult the backup (a draw kept on a healthy primary never locates
+// the client). Explain says so per outcome, the same in every call, instead of reporting the scope
+// and location of one random draw.
+func TestExplainFailoverTrickleScopePerDraw(t *testing.T) {
+	rp, b := newTest(t, `routingpolicy example.org {
+	public
+	region us-east1
+	subnet europe-west1 10.2.0.0/16
+	failover fo A 60 "10.9.0.1" "us-east1=10.1.0.1;europe-west1=10.2.0.1" trickle 0.5 healthcheck web
+}`)
+	for _, ip := range []string{"10.9.0.1", "10.1.0.1", "10.2.0.1"} {
+		set(b, "web", ip, health.Healthy)
+	}
+	q := question("fo.example.org", "192.0.2.1", "10.2.3.0/24")
+	first := rp.Explain(q)
+	for range 100 {
+		x := rp.Explain(q)
+		if x.Answer.Scope != 24 || !x.Location.Used || !slices.EqualFunc(x.Answer.Sets[0].Outcomes, first.Answer.Sets[0].Outcomes,
+			func(a, b statusview.Outcome) bool { return a.Scope == b.Scope && a.Probability == b.Probability }) {
+			t.Fatalf("explain of one question in one state differs: scope %d, used %v, outcomes %+v", x.Answer.Scope, x.Location.Used, x.Answer.Sets[0].Outcomes)
+		}
+	}
+	s := agree(t, rp, q, 20000)
+	if len(s.Outcomes) != 2 || s.Outcomes[0].Scope != -1 || s.Outcomes[1].Scope != 24 {
+		t.Fatalf("outcomes %+v: want the primary draw without a scope, the backup draw with /24", s.Outcomes)
 	}
 }

@@ -22,8 +22,9 @@ type Location struct {
 	// own region was used.
 	Subnet string `json:"subnet,omitempty"`
 	How    string `json:"how"`
-	// Used says whether the answer depended on the region (geo and failover policies do, WRR
-	// and plain records do not).
+	// Used says whether the answer depends on the region in some draw (geo does; a failover does
+	// when the backup is consulted, by the trickle or because the primary is down; WRR and plain
+	// records do not). Each outcome says whether its draw uses it (Outcome.Scope).
 	Used bool `json:"used"`
 }
 
@@ -35,7 +36,9 @@ type Answer struct {
 	PassedOn bool `json:"passed_on,omitempty"`
 	// Records is the answer section of one draw, as ServeDNS builds it.
 	Records []string `json:"records"`
-	// Scope is the ECS scope prefix the answer carries (RFC 7871), -1 for no ECS option.
+	// Scope is the ECS scope prefix the answer carries when a draw uses the client's region
+	// (RFC 7871), -1 when no draw does or there is no client subnet. A draw that does not use
+	// the region carries no ECS option: each outcome has the scope of its own draw.
 	Scope int          `json:"ecs_scope"`
 	Sets  []SetExplain `json:"sets"`
 	Note  string       `json:"note,omitempty"`
@@ -73,7 +76,12 @@ type Outcome struct {
 	Addresses   []string `json:"addresses"`
 	FailOpen    bool     `json:"fail_open,omitempty"`
 	Fallback    bool     `json:"fallback,omitempty"` // geo: not the nearest location (R-GEO-4)
-	Why         string   `json:"why"`
+	// UsesRegion says whether this draw uses the client's region.
+	UsesRegion bool `json:"uses_region,omitempty"`
+	// Scope is the ECS scope prefix an answer of this draw carries, -1 for no ECS option: only a
+	// draw that uses the client's region sets one (L-1).
+	Scope int    `json:"ecs_scope"`
+	Why   string `json:"why"`
 }
 
 // Forward is how outbound forwards: the ranked pairs for the client's region (O-5).
