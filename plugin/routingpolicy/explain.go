@@ -52,6 +52,20 @@ func (rp *RoutingPolicy) Explain(q statusview.Question) *statusview.Explanation 
 	for _, rr := range m.Answer {
 		ans.Records = append(ans.Records, rr.String())
 	}
+	for _, rr := range m.Ns {
+		ans.Authority = append(ans.Authority, rr.String())
+	}
+	// R-ZONE-2: a referral (one not after an in-zone CNAME) is not authoritative, as ServeDNS
+	// answers it.
+	ans.Authoritative = !res.referral || len(m.Answer) > 0
+	if res.referral {
+		ans.Referral = true
+		cut := ""
+		if len(m.Ns) > 0 {
+			cut = m.Ns[0].Header().Name
+		}
+		ans.Note = fmt.Sprintf("a referral: the name is under the zone cut %s, delegated to the name servers in the authority section; this server does not answer it (R-ZONE-2)", cut)
+	}
 	// L-1: only a draw that locates the client carries the ECS scope (ServeDNS sets it when the
 	// lookup located the client): scope is its value, each outcome says whether its draw does.
 	scope := -1

@@ -269,3 +269,28 @@ func TestExplainFailoverTrickleScopePerDraw(t *testing.T) {
 		t.Fatalf("outcomes %+v: want the primary draw without a scope, the backup draw with /24", s.Outcomes)
 	}
 }
+
+// S-2, R-ZONE-2: a name under a zone cut is answered with a referral (no AA, the cut's NS in
+// authority); explain says so, instead of looking like NODATA.
+func TestExplainReferral(t *testing.T) {
+	rp, _ := newTest(t, `routingpolicy example.org {
+	record sub NS 3600 ns1.sub
+	record ns1.sub A 3600 192.0.2.53
+	record www A 60 192.0.2.1
+}`)
+	m := ask(t, rp, "a.sub.example.org.", dns.TypeA, "192.0.2.9")
+	if m.Authoritative || len(m.Ns) == 0 || m.Ns[0].Header().Rrtype != dns.TypeNS {
+		t.Fatalf("ServeDNS: not a referral: %v", m)
+	}
+	ref := rp.Explain(question("a.sub.example.org", "192.0.2.9", "")).Answer
+	if !ref.Referral || ref.Authoritative || len(ref.Authority) == 0 || !strings.Contains(ref.Authority[0], "NS\tns1.sub.example.org.") ||
+		!strings.Contains(ref.Note, "sub.example.org.") {
+		t.Fatalf("explain of a referral: %+v", ref)
+	}
+	q := question("www.example.org", "192.0.2.9", "")
+	q.Type = dns.TypeMX
+	nodata := rp.Explain(q).Answer
+	if nodata.Referral || !nodata.Authoritative || len(nodata.Authority) != 1 || !strings.Contains(nodata.Authority[0], "SOA") {
+		t.Fatalf("explain of NODATA: %+v", nodata)
+	}
+}

@@ -34,8 +34,15 @@ type Answer struct {
 	Rcode string `json:"rcode"`
 	// PassedOn is set when the name does not exist and `fallthrough` hands the query on.
 	PassedOn bool `json:"passed_on,omitempty"`
+	// Authoritative is the AA bit: a referral is not authoritative (R-ZONE-2).
+	Authoritative bool `json:"aa"`
+	// Referral is set when the name is under a zone cut: the answer delegates it (the cut's NS
+	// and glue in Authority) instead of answering it.
+	Referral bool `json:"referral,omitempty"`
 	// Records is the answer section of one draw, as ServeDNS builds it.
 	Records []string `json:"records"`
+	// Authority is the authority section: the SOA of NXDOMAIN and NODATA, a referral's NS.
+	Authority []string `json:"authority,omitempty"`
 	// Scope is the ECS scope prefix the answer carries when a draw uses the client's region
 	// (RFC 7871), -1 when no draw does or there is no client subnet. A draw that does not use
 	// the region carries no ECS option: each outcome has the scope of its own draw.
