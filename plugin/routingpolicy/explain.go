@@ -123,13 +123,24 @@ func (p *policy) explain(s *source, rnd func() uint64, scope int) statusview.Set
 	case Failover:
 		from := s.region()
 		primary := &p.items[0]
+		// R-FO-2: a fenced backup whose location has nothing healthy counts as unhealthy, as
+		// failover decides: no backup location answers then.
+		bit, ball, _ := p.backup.pickGeo(from, false)
+		if ball {
+			bit = nil
+		}
 		why := "its addresses are healthy: it answers (R-FO-1)"
-		if !primary.healthy() {
+		switch {
+		case !primary.healthy() && bit != nil:
 			why = "every address is unhealthy: the backup answers (R-FO-2)"
+		case !primary.healthy():
+			why = "every address is unhealthy, and so is the backup: the primary answers as if healthy (R-FO-4)" + unhealthySince(primary)
 		}
 		out.Items = []statusview.ItemExplain{itemExplain(primary, p.kind, primary.healthy(), why)}
-		bit, ball, _ := p.backup.pickGeo(from, false)
-		out.Backup = p.backup.geoItems(from, bit, ball)
+		out.Backup = p.backup.geoItems(from, bit, false)
+		if bit == nil && !primary.healthy() && p.trickle > 0 && len(out.Backup) > 0 {
+			out.Backup[0].Why += fmt.Sprintf("; the primary is down too: the trickle's share (%g) gets this location as if healthy (R-FO-4)", p.trickle)
+		}
 		draws := []struct {
 			trickle bool
 			prob    float64
@@ -146,6 +157,9 @@ func (p *policy) explain(s *source, rnd func() uint64, scope int) statusview.Set
 			why := "the trickle draw keeps the query on the primary side"
 			if d.trickle {
 				why = fmt.Sprintf("the trickle (%g) sends the query to the backup side (R-FO-3)", p.trickle)
+				if !o.backup {
+					why = fmt.Sprintf("the trickle (%g) would send the query to the backup side, which has nothing healthy to answer with (R-FO-3)", p.trickle)
+				}
 			}
 			if p.trickle == 0 {
 				why = "no trickle"
@@ -210,10 +224,16 @@ func (p *policy) geoItems(from region.ID, chosen *item, all bool) []statusview.I
 			why = "the nearest location to the client's region: it answers (R-GEO-1)"
 		case it == chosen:
 			why = "the nearest location with a healthy address: it answers (R-GEO-4)"
+		case p.fence && chosen == nil && n == 0:
+			// Only a failover's backup: the location has nothing healthy and a failover does
+			// not serve a dead location over its primary (R-FO-2).
+			why = "fenced: the client's location has nothing healthy, and a failover does not serve a dead location: the backup does not answer (R-GEO-5, R-FO-2)" + unhealthySince(it)
+		case p.fence:
+			why = "another region: fencing never leaves the client's location (R-GEO-5)"
+		case chosen == nil && !it.healthy():
+			why = "every address is unhealthy" + unhealthySince(it)
 		case passed && !it.healthy():
 			why = "nearer, but every address is unhealthy: passed over (R-GEO-4)" + unhealthySince(it)
-		case passed && chosen == nil:
-			why = "every address is unhealthy" + unhealthySince(it)
 		default:
 			why = "another region, farther than the one that answers"
 		}
@@ -277,8 +297,9 @@ func mergeOutcome(outs []statusview.Outcome, o statusview.Outcome) []statusview.
 	}
 	for i := range outs {
 		if outs[i].Item == o.Item && outs[i].Side == o.Side && slices.Equal(outs[i].Addresses, o.Addresses) && outs[i].FailOpen == o.FailOpen &&
-			outs[i].UsesRegion == o.UsesRegion {
+			outs[i].Scope == o.Scope {
 			outs[i].Probability += o.Probability
+			outs[i].UsesRegion = outs[i].UsesRegion || o.UsesRegion
 			outs[i].Why += "; or " + o.Why
 			return outs
 		}

@@ -294,3 +294,48 @@ func TestExplainReferral(t *testing.T) {
 		t.Fatalf("explain of NODATA: %+v", nodata)
 	}
 }
+
+// S-2, R-FO-2, R-GEO-5: with a fenced backup whose client location has nothing healthy, the
+// failover answers from the healthy primary, trickle or not (a dead fenced backup counts as
+// unhealthy). Explain must not mark that location in, nor say it answers.
+func TestExplainFailoverFencedDeadBackup(t *testing.T) {
+	rp, b := newTest(t, `routingpolicy example.org {
+	region us-east1
+	subnet europe-west1 10.2.0.0/16
+	failover fo A 60 "10.9.0.1" "us-east1=10.1.0.1;europe-west1=10.2.0.1" trickle 0.2 fence healthcheck web
+}`)
+	set(b, "web", "10.9.0.1", health.Healthy)
+	set(b, "web", "10.1.0.1", health.Healthy)
+	set(b, "web", "10.2.0.1", health.Unhealthy)
+	s := agree(t, rp, question("fo.example.org", "10.2.3.4", ""), 200)
+	if len(s.Outcomes) != 1 || s.Outcomes[0].Side != "primary" {
+		t.Fatalf("outcomes %+v: the dead fenced backup never answers", s.Outcomes)
+	}
+	for _, it := range s.Backup {
+		if it.Eligible || strings.Contains(it.Why, "answers with") {
+			t.Fatalf("backup item %s: eligible %v, why %q; every outcome is the primary's", it.Label, it.Eligible, it.Why)
+		}
+	}
+	if !strings.Contains(s.Backup[0].Why, "does not answer") || !strings.Contains(s.Backup[1].Why, "fencing never leaves") {
+		t.Fatalf("backup: %+v", s.Backup)
+	}
+}
+
+// S-2, R-FO-4: primary and backup all unhealthy, no trickle: the primary answers fail open, and
+// explain says so rather than that the backup answers (R-FO-2).
+func TestExplainFailoverFailOpenWhy(t *testing.T) {
+	rp, b := newTest(t, `routingpolicy example.org {
+	region us-east1
+	failover fo A 60 "10.9.0.1" "us-east1=10.1.0.1" healthcheck web
+}`)
+	for _, ip := range []string{"10.9.0.1", "10.1.0.1"} {
+		set(b, "web", ip, health.Unhealthy)
+	}
+	s := agree(t, rp, question("fo.example.org", "192.0.2.1", ""), 50)
+	if len(s.Outcomes) != 1 || s.Outcomes[0].Side != "primary" || !s.Outcomes[0].FailOpen {
+		t.Fatalf("outcomes %+v", s.Outcomes)
+	}
+	if w := s.Items[0].Why; strings.Contains(w, "backup answers") || !strings.Contains(w, "R-FO-4") {
+		t.Fatalf("primary item: %q, while the primary answers fail open", w)
+	}
+}

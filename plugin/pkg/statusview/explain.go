@@ -83,7 +83,7 @@ type Outcome struct {
 	Addresses   []string `json:"addresses"`
 	FailOpen    bool     `json:"fail_open,omitempty"`
 	Fallback    bool     `json:"fallback,omitempty"` // geo: not the nearest location (R-GEO-4)
-	// UsesRegion says whether this draw uses the client's region.
+	// UsesRegion says whether a draw of this outcome uses the client's region.
 	UsesRegion bool `json:"uses_region,omitempty"`
 	// Scope is the ECS scope prefix an answer of this draw carries, -1 for no ECS option: only a
 	// draw that uses the client's region sets one (L-1).
