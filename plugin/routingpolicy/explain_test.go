@@ -1,7 +1,9 @@
 package routingpolicy
 
 import (
+	"fmt"
 	"math"
+	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -338,4 +340,121 @@ func TestExplainFailoverFailOpenWhy(t *testing.T) {
 	if w := s.Items[0].Why; strings.Contains(w, "backup answers") || !strings.Contains(w, "R-FO-4") {
 		t.Fatalf("primary item: %q, while the primary answers fail open", w)
 	}
+}
+
+// S-2: explain against ServeDNS over random health states, clients with and without a client
+// subnet, query types, policies of every kind (WRR with a zero weight, geo, fenced geo, failovers
+// with trickle, fenced and manual), a CNAME to a policy, a referral and NXDOMAIN: every answer
+// ServeDNS gives is an explained outcome with its ECS scope, the rcode and AA bit are the explained
+// ones, every outcome's item is marked in, and no backup location is marked in that never answers.
+// (Membership only, no frequencies: it cannot fail by chance.)
+func TestExplainEqualsServeDNSDifferential(t *testing.T) {
+	rp, b := newTest(t, `routingpolicy example.org {
+	public
+	region us-east1
+	subnet europe-west1 10.2.0.0/16
+	subnet asia-northeast1 10.3.0.0/16
+	wrr w A 60 "60=10.0.0.1;30=10.0.0.2,10.0.0.3;0=10.0.0.5" healthcheck web
+	geo g A 60 "us-east1=10.1.0.1,10.1.0.2;europe-west1=10.2.0.1;asia-northeast1=10.3.0.1" healthcheck web
+	geo gf A 60 "us-east1=10.1.0.1;europe-west1=10.2.0.1" fence healthcheck web
+	failover fo A 60 "10.9.0.1" "us-east1=10.1.0.1;europe-west1=10.2.0.1" trickle 0.3 healthcheck web
+	failover fof A 60 "10.9.0.1" "us-east1=10.1.0.1;europe-west1=10.2.0.1" trickle 0.3 fence healthcheck web
+	failover fo1 A 60 "10.9.0.1" "us-east1=10.1.0.1;europe-west1=10.2.0.1" trickle 1 healthcheck web
+	record c CNAME 60 fo.example.org.
+	record sub NS 3600 ns1.sub
+	record ns1.sub A 3600 192.0.2.53
+}`)
+	ips := []string{"10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.5", "10.1.0.1", "10.1.0.2", "10.2.0.1", "10.3.0.1", "10.9.0.1"}
+	names := []string{"w", "g", "gf", "fo", "fof", "fo1", "c", "x.sub", "nx"}
+	clients := []struct{ ip, ecs string }{{"192.0.2.1", ""}, {"10.2.3.4", ""}, {"192.0.2.1", "10.2.3.0/24"}, {"10.3.1.1", "10.2.9.0/24"}}
+	types := []uint16{dns.TypeA, dns.TypeAAAA, dns.TypeANY, dns.TypeTXT, dns.TypeNS}
+	rnd := rand.New(rand.NewPCG(7, 9))
+	for step := range 40 {
+		for _, ip := range ips {
+			s := health.Healthy
+			if rnd.IntN(3) == 0 {
+				s = health.Unhealthy
+			}
+			set(b, "web", ip, s)
+		}
+		for _, n := range names {
+			for _, c := range clients {
+				for _, qt := range types {
+					q := question(n+".example.org", c.ip, c.ecs)
+					q.Type = qt
+					if msg := disagree(t, rp, q); msg != "" {
+						t.Fatalf("step %d, %s %s from %s ecs %q: %s", step, q.Name, dns.TypeToString[qt], c.ip, c.ecs, msg)
+					}
+				}
+			}
+		}
+	}
+}
+
+// disagree asks ServeDNS q 20 times and returns how an answer differs from Explain's, or "".
+func disagree(t *testing.T, rp *RoutingPolicy, q statusview.Question) string {
+	x := rp.Explain(q)
+	if x == nil || x.Answer == nil {
+		return "no explanation"
+	}
+	var last *statusview.SetExplain
+	if n := len(x.Answer.Sets); n > 0 {
+		last = &x.Answer.Sets[n-1]
+		for _, o := range last.Outcomes {
+			items := last.Items
+			if o.Side == "backup" {
+				items = last.Backup
+			}
+			if !o.FailOpen && !slices.ContainsFunc(items, func(it statusview.ItemExplain) bool { return it.Label == o.Item && it.Eligible }) {
+				return fmt.Sprintf("outcome %s/%s answers, its item is not marked in: %+v", o.Side, o.Item, items)
+			}
+		}
+		for _, it := range last.Backup {
+			if it.Eligible && last.Trickle > 0 && !slices.ContainsFunc(last.Outcomes, func(o statusview.Outcome) bool { return o.Side == "backup" && o.Item == it.Label }) {
+				return fmt.Sprintf("backup item %s marked in (%q), in no outcome %+v", it.Label, it.Why, last.Outcomes)
+			}
+		}
+	}
+	for range 20 {
+		m := new(dns.Msg)
+		m.SetQuestion(q.Name, q.Type)
+		if q.ECS.IsValid() {
+			m.SetEdns0(dns.DefaultMsgSize, false)
+			m.IsEdns0().Option = append(m.IsEdns0().Option, &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: 1,
+				SourceNetmask: uint8(q.ECS.Bits()), Address: q.ECS.Addr().AsSlice()})
+		}
+		r := askMsg(t, rp, m, q.Client.String())
+		if dns.RcodeToString[r.Rcode] != x.Answer.Rcode || r.Authoritative != x.Answer.Authoritative {
+			return fmt.Sprintf("rcode %s AA %v, explained %s AA %v (%s)", dns.RcodeToString[r.Rcode], r.Authoritative, x.Answer.Rcode, x.Answer.Authoritative, x.Answer.Note)
+		}
+		scope := -1
+		if o := r.IsEdns0(); o != nil {
+			for _, e := range o.Option {
+				if s, ok := e.(*dns.EDNS0_SUBNET); ok {
+					scope = int(s.SourceScope)
+				}
+			}
+		}
+		if last == nil {
+			var recs []string
+			for _, rr := range r.Answer {
+				recs = append(recs, rr.String())
+			}
+			if !slices.Equal(recs, x.Answer.Records) || scope != -1 {
+				return fmt.Sprintf("records %v scope %d, explained %v", recs, scope, x.Answer.Records)
+			}
+			continue
+		}
+		var got []string
+		for _, rr := range r.Answer {
+			if rr.Header().Rrtype != dns.TypeCNAME {
+				got = append(got, rdata(rr))
+			}
+		}
+		slices.Sort(got)
+		if !slices.ContainsFunc(last.Outcomes, func(o statusview.Outcome) bool { return slices.Equal(o.Addresses, got) && o.Scope == scope }) {
+			return fmt.Sprintf("answer %v with ECS scope %d is no explained outcome %+v", got, scope, last.Outcomes)
+		}
+	}
+	return ""
 }
