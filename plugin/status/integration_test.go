@@ -231,3 +231,56 @@ func TestStatusErrors(t *testing.T) {
 		t.Errorf("POST: %d, Allow %q", resp.StatusCode, resp.Header.Get("Allow"))
 	}
 }
+
+// S-2: in one server block routingpolicy (before outbound in the chain) serves example.org and
+// outbound forwards corp.example.org: routingpolicy answers x.corp.example.org and outbound never
+// sees it, so explain gives routingpolicy's answer only and notes outbound as not reached. With
+// fallthrough, routingpolicy passes the query on and outbound's forwarding is explained too.
+func TestExplainFollowsTheChain(t *testing.T) {
+	statusAddr := "127.0.0.1:" + coretest.FreePort(t)
+	resolver := startResolver(t, "127.0.0.61")
+	corefile := func(fall string) string {
+		return `.:0 {
+	bind 127.0.0.1
+	status ` + statusAddr + `
+	routingpolicy example.org {
+		record www A 60 10.0.0.1
+		` + fall + `
+	}
+	outbound corp.example.org {
+		to ` + resolver + `
+		private 127.0.0.0/8
+	}
+}`
+	}
+	s := coretest.Start(t, corefile(""))
+	base := "http://" + statusAddr
+	waitFor(t, "the status page", func() bool {
+		resp, err := http.Get(base + "/status.json")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil && resp.StatusCode == http.StatusOK
+	})
+	m, err := s.Query("x.corp.example.org", dns.TypeA)
+	if err != nil || m.Rcode != dns.RcodeNameError {
+		t.Fatalf("ServeDNS: %v %v, want routingpolicy's NXDOMAIN", m, err)
+	}
+	var x explained
+	getJSON(t, base+"/explain.json?name=x.corp.example.org&type=A&client=127.0.0.1", &x)
+	if len(x.Explanations) != 1 || x.Explanations[0].Plugin != "routingpolicy" || x.Explanations[0].Answer.Rcode != "NXDOMAIN" ||
+		!strings.Contains(x.Explanations[0].Note, "outbound of this server block also serves zone corp.example.org. but is not reached") {
+		t.Fatalf("explain: %+v", x.Explanations)
+	}
+	if err := s.Reload(corefile("fallthrough")); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := s.Query("x.corp.example.org", dns.TypeA); err != nil || m.Rcode != dns.RcodeSuccess || len(m.Answer) != 1 {
+		t.Fatalf("ServeDNS with fallthrough: %v %v, want the resolver's answer", m, err)
+	}
+	x = explained{}
+	getJSON(t, base+"/explain.json?name=x.corp.example.org&type=A&client=127.0.0.1", &x)
+	if len(x.Explanations) != 2 || !x.Explanations[0].Answer.PassedOn || x.Explanations[1].Plugin != "outbound" || x.Explanations[0].Note != "" {
+		t.Fatalf("explain with fallthrough: %+v", x.Explanations)
+	}
+}

@@ -9,7 +9,13 @@ type Explanation struct {
 	Location Location `json:"location"`
 	Answer   *Answer  `json:"answer,omitempty"`
 	Forward  *Forward `json:"forward,omitempty"`
+	// Note names the instances of the same server block that also serve the name but that the
+	// query never reaches, this one answering first.
+	Note string `json:"note,omitempty"`
 }
+
+// passesOn reports whether the instance hands the query on down the chain (fallthrough).
+func (x *Explanation) passesOn() bool { return x.Answer != nil && x.Answer.PassedOn }
 
 // Location is the client's region and how it was found (L-1, L-2).
 type Location struct {

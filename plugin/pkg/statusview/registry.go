@@ -1,6 +1,8 @@
 package statusview
 
 import (
+	"cmp"
+	"fmt"
 	"slices"
 	"sync"
 
@@ -90,17 +92,56 @@ func (r *Registry) Collect(v *View) {
 	v.Finish()
 }
 
-// Explain asks every live explainer about q and returns the explanations of those that answer it.
+// Explain asks every live explainer about q and returns the explanations of those the query
+// reaches (S-2). In a server block the query goes down the plugin chain: the first instance that
+// answers it stops it there, so an instance after it that also serves the name (outbound after
+// routingpolicy) is left out, and named in the note of the one that answers.
 func (r *Registry) Explain(q Question) []*Explanation {
-	var out []*Explanation
+	var all []*Explanation
 	for _, p := range r.Live() {
 		if x, ok := p.(Explainer); ok {
 			if e := x.Explain(q); e != nil {
-				out = append(out, e)
+				all = append(all, e)
 			}
 		}
 	}
+	// By server block, in the order they first come; in chain order within a block, instances of
+	// one plugin in the order they set up.
+	var servers []string
+	blocks := map[string][]*Explanation{}
+	for _, e := range all {
+		if _, ok := blocks[e.Server]; !ok {
+			servers = append(servers, e.Server)
+		}
+		blocks[e.Server] = append(blocks[e.Server], e)
+	}
+	var out []*Explanation
+	for _, srv := range servers {
+		b := blocks[srv]
+		slices.SortStableFunc(b, func(x, y *Explanation) int { return cmp.Compare(chainIndex(x.Plugin), chainIndex(y.Plugin)) })
+		var first *Explanation // the instance that answers
+		for _, e := range b {
+			if first != nil {
+				note := fmt.Sprintf("%s of this server block also serves zone %s but is not reached: %s answers first", e.Plugin, e.Zone, first.Plugin)
+				if first.Note != "" {
+					note = first.Note + "; " + note
+				}
+				first.Note = note
+				continue
+			}
+			if !e.passesOn() {
+				first = e
+			}
+			out = append(out, e)
+		}
+	}
 	return out
+}
+
+// chainIndex is the place of plugin in CoreDNS's chain (dnsserver.Directives, which the custom
+// build orders with plugin/pkg/chain).
+func chainIndex(plugin string) int {
+	return slices.Index(dnsserver.Directives, plugin)
 }
 
 // ServerOf names the server block c sets up as the status page shows it: "dns://example.org.:53".
