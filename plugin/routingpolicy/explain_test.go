@@ -393,6 +393,7 @@ func TestExplainEqualsServeDNSDifferential(t *testing.T) {
 
 // disagree asks ServeDNS q 20 times and returns how an answer differs from Explain's, or "".
 func disagree(t *testing.T, rp *RoutingPolicy, q statusview.Question) string {
+	t.Helper()
 	x := rp.Explain(q)
 	if x == nil || x.Answer == nil {
 		return "no explanation"
