@@ -51,25 +51,12 @@ func agree(t *testing.T, rp *RoutingPolicy, q statusview.Question, n int) *statu
 	}
 	got := map[string]int{}
 	for range n {
-		m := new(dns.Msg)
-		m.SetQuestion(q.Name, q.Type)
-		if q.ECS.IsValid() {
-			m.SetEdns0(dns.DefaultMsgSize, false)
-			m.IsEdns0().Option = append(m.IsEdns0().Option, &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: 1,
-				SourceNetmask: uint8(q.ECS.Bits()), Address: q.ECS.Addr().AsSlice()})
-		}
+		m, _ := statusview.Query(q)
 		r := askMsg(t, rp, m, q.Client.String())
 		if dns.RcodeToString[r.Rcode] != x.Answer.Rcode {
 			t.Fatalf("%s: ServeDNS rcode %s, explained %s", q.Name, dns.RcodeToString[r.Rcode], x.Answer.Rcode)
 		}
-		scope := -1
-		if o := r.IsEdns0(); o != nil {
-			for _, e := range o.Option {
-				if s, ok := e.(*dns.EDNS0_SUBNET); ok {
-					scope = int(s.SourceScope)
-				}
-			}
-		}
+		scope := scopeOf(r)
 		if scope >= 0 && scope != x.Answer.Scope {
 			t.Fatalf("%s: ServeDNS ECS scope %d, explained %d", q.Name, scope, x.Answer.Scope)
 		}
@@ -88,6 +75,18 @@ func agree(t *testing.T, rp *RoutingPolicy, q statusview.Question, n int) *statu
 		}
 	}
 	return set
+}
+
+// scopeOf is the ECS scope prefix of r, -1 without an ECS option.
+func scopeOf(r *dns.Msg) int {
+	if o := r.IsEdns0(); o != nil {
+		for _, e := range o.Option {
+			if s, ok := e.(*dns.EDNS0_SUBNET); ok {
+				return int(s.SourceScope)
+			}
+		}
+	}
+	return -1
 }
 
 // outcomeKey is an answer's addresses and ECS scope, as agree counts them.
@@ -417,25 +416,12 @@ func disagree(t *testing.T, rp *RoutingPolicy, q statusview.Question) string {
 		}
 	}
 	for range 20 {
-		m := new(dns.Msg)
-		m.SetQuestion(q.Name, q.Type)
-		if q.ECS.IsValid() {
-			m.SetEdns0(dns.DefaultMsgSize, false)
-			m.IsEdns0().Option = append(m.IsEdns0().Option, &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: 1,
-				SourceNetmask: uint8(q.ECS.Bits()), Address: q.ECS.Addr().AsSlice()})
-		}
+		m, _ := statusview.Query(q)
 		r := askMsg(t, rp, m, q.Client.String())
 		if dns.RcodeToString[r.Rcode] != x.Answer.Rcode || r.Authoritative != x.Answer.Authoritative {
 			return fmt.Sprintf("rcode %s AA %v, explained %s AA %v (%s)", dns.RcodeToString[r.Rcode], r.Authoritative, x.Answer.Rcode, x.Answer.Authoritative, x.Answer.Note)
 		}
-		scope := -1
-		if o := r.IsEdns0(); o != nil {
-			for _, e := range o.Option {
-				if s, ok := e.(*dns.EDNS0_SUBNET); ok {
-					scope = int(s.SourceScope)
-				}
-			}
-		}
+		scope := scopeOf(r)
 		if last == nil {
 			var recs []string
 			for _, rr := range r.Answer {
