@@ -29,12 +29,21 @@ func main() {
 	bin := flag.String("coredns", "bin/coredns", "the coredns binary to run")
 	conf := flag.String("conf", "Corefile.example", "the Corefile to serve")
 	logPath := flag.String("log", "bin/demo-coredns.log", "where the server's own output goes")
+	hold := flag.Duration("hold", 0, "keep everything running this long after the walk (docs/screenshot.sh uses it)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	d := &demo{}
 	err := d.run(ctx, *bin, *conf, *logPath)
+	if err == nil && *hold > 0 {
+		fmt.Printf("\nHolding for %s: the status page stays up at %s\n", *hold, statusURL)
+		select {
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-time.After(*hold):
+		}
+	}
 	d.cleanup()
 	switch {
 	case errors.Is(err, context.Canceled):
@@ -47,9 +56,10 @@ func main() {
 }
 
 const (
-	server = "127.0.0.1:1053"
-	usCli  = "127.0.1.10" // a client in us-east1's subnet
-	euCli  = "127.0.2.10" // a client in europe-west1's subnet
+	statusURL = "http://127.0.0.1:8182/" // the status plugin of Corefile.example
+	server    = "127.0.0.1:1053"
+	usCli     = "127.0.1.10" // a client in us-east1's subnet
+	euCli     = "127.0.2.10" // a client in europe-west1's subnet
 )
 
 // The web backends of Corefile.example, all serving /healthz on port 8080.
@@ -99,6 +109,8 @@ func (d *demo) run(ctx context.Context, bin, conf, logPath string) error {
 		return err
 	}
 
+	fmt.Printf("The status page: %s (live while the demo runs; explain at %sexplain)\n", statusURL, statusURL)
+
 	step("1. Geolocation: clients in two regions ask for app.coresteer.example")
 	show(usCli, "app.coresteer.example")
 	show(euCli, "app.coresteer.example")
@@ -118,6 +130,9 @@ func (d *demo) run(ctx context.Context, bin, conf, logPath string) error {
 	}
 	fmt.Printf("   after %.1fs (2 failed probes at a 1s interval) answers moved:\n", time.Since(start).Seconds())
 	show(usCli, "app.coresteer.example")
+	if err := explain(usCli, "app.coresteer.example"); err != nil {
+		return err
+	}
 	if err := waitAnswer(ctx, usCli, "shop.coresteer.example", "127.0.20.100", 30*time.Second); err != nil {
 		return err
 	}
@@ -154,7 +169,7 @@ func (d *demo) run(ctx context.Context, bin, conf, logPath string) error {
 		}
 	}
 	fmt.Println("   (egress-us leaves from 127.0.41.1, egress-eu from 127.0.42.1: each region its nearest endpoint)")
-	fmt.Println("\nDone. Metrics: http://127.0.0.1:9153/metrics while a server runs (`make run`).")
+	fmt.Printf("\nDone. Metrics: http://127.0.0.1:9153/metrics and the status page %s while a server runs (`make run`).\n", statusURL)
 	return nil
 }
 

@@ -18,7 +18,7 @@ func TestCorefileExampleServes(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Free ports instead of the fixed ones, so the test runs beside `make run`.
-	corefile := strings.NewReplacer(":1053", ":0", "127.0.0.1:8181", "127.0.0.1:0", "127.0.0.1:9153", "127.0.0.1:0").Replace(string(b))
+	corefile := strings.NewReplacer(":1053", ":0", "127.0.0.1:8181", "127.0.0.1:0", "127.0.0.1:9153", "127.0.0.1:0", "127.0.0.1:8182", "127.0.0.1:0").Replace(string(b))
 	s := coretest.Start(t, corefile)
 
 	for _, name := range []string{"www", "app", "eu-data", "shop", "api", "ns1"} {

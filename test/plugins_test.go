@@ -8,5 +8,6 @@ import (
 	_ "github.com/coresteer/coresteer/plugin/outbound"
 	_ "github.com/coresteer/coresteer/plugin/pschealth"
 	_ "github.com/coresteer/coresteer/plugin/routingpolicy"
+	_ "github.com/coresteer/coresteer/plugin/status"
 	_ "github.com/coresteer/coresteer/plugin/udpbatch"
 )

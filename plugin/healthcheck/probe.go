@@ -13,6 +13,7 @@ import (
 	"os"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // outcome is the result of one probe by one prober.
@@ -41,6 +42,10 @@ type attempt struct {
 	outcome outcome
 	reason  string // why it failed, or why it gave no result
 	local   error  // the local error behind noResult, for the log-once message
+	// took and at are set by the registry for an attempt that ran: how long it took and when it
+	// ended, for the status page's per-region view (S-1).
+	took time.Duration
+	at   time.Time
 }
 
 // prober runs probes of one check from one source address. Probers are built once per check

@@ -143,6 +143,10 @@ type probe struct {
 	streak  streak
 	reason  string
 	targets map[*health.Target]int
+	// last is the last attempt of each slot of p.run's check and lastRound the end of the last
+	// round, for the status page (S-1); allocated again only when the number of slots changes.
+	last      []attempt
+	lastRound time.Time
 }
 
 type round struct {
@@ -290,6 +294,7 @@ func (r *Registry) attempt(j job) {
 	if rd.p.ctx.Err() == nil {
 		start := time.Now() // a measurement, not a threshold: wall time
 		a = r.probe(rd.p.ctx, rd.run, j.slot, rd.p.key.target, rd.url)
+		a.took, a.at = time.Since(start), r.clock.Now()
 		if rd.p.ctx.Err() != nil {
 			// Released while probing: the result says nothing about the target.
 			rd.res[j.slot] = attempt{outcome: noResult, reason: "probe stopped"}
@@ -299,7 +304,7 @@ func (r *Registry) attempt(j job) {
 			return
 		}
 		if a.outcome != noResult {
-			rd.run.duration[j.slot].Observe(time.Since(start).Seconds())
+			rd.run.duration[j.slot].Observe(a.took.Seconds())
 		} else if a.local != nil {
 			r.logLocal(rd.run, j.slot, a.local)
 		}
@@ -344,6 +349,7 @@ func (r *Registry) finish(rd *round) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.remember(rd.res, r.clock.Now())
 	old := p.streak.state
 	now := p.streak.next(c, v.outcome)
 	if now == old {
@@ -365,6 +371,20 @@ func (r *Registry) finish(rd *round) {
 	rd.run.transitions[now].Inc()
 	// HC-7: one line per state change, always.
 	log.Infof("Check %s target %s: %s -> %s (%s)", c.Name, p.key.target, old, now, reason)
+}
+
+// remember keeps the attempts of a round that ran (S-1); p.mu is held. The slice is reused, so a
+// round allocates nothing more than before.
+func (p *probe) remember(res []attempt, now time.Time) {
+	if len(p.last) != len(res) {
+		p.last = make([]attempt, len(res))
+	}
+	for i, a := range res {
+		if !a.at.IsZero() {
+			p.last[i] = attempt{outcome: a.outcome, reason: a.reason, took: a.took, at: a.at}
+		}
+	}
+	p.lastRound = now
 }
 
 // acquire returns the probe of target with run's check, creating it with its first round

@@ -16,6 +16,7 @@ import (
 	"github.com/coresteer/coresteer/plugin/pkg/health"
 	"github.com/coresteer/coresteer/plugin/pkg/lifecycle"
 	"github.com/coresteer/coresteer/plugin/pkg/region"
+	"github.com/coresteer/coresteer/plugin/pkg/statusview"
 )
 
 var log = clog.NewWithPlugin("healthcheck")
@@ -45,6 +46,7 @@ func setup(c *caddy.Controller) error {
 	g.add(h)
 
 	lifecycle.Hook(c, h.OnStartup, h.OnShutdown)
+	statusview.Register(c, h)
 	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
 		h.Next = next
 		return h

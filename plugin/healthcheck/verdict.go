@@ -23,26 +23,22 @@ func aggregate(c *Check, res []attempt) verdict {
 	n := c.ProbersPerRegion
 	firstFailure := ""
 	for r := range c.Regions {
-		ok, got := 0, 0
-		for _, a := range res[r*n : (r+1)*n] {
-			switch a.outcome {
-			case success:
-				ok++
-				got++
-			case failure:
-				got++
-				if firstFailure == "" {
+		rs := res[r*n : (r+1)*n]
+		if firstFailure == "" {
+			for _, a := range rs {
+				if a.outcome == failure {
 					firstFailure = c.Regions[r].Name + ": " + a.reason
+					break
 				}
 			}
 		}
-		if got == 0 {
+		switch regionVerdict(rs) {
+		case noResult:
 			continue
-		}
-		v.regions++
-		if 2*ok > got {
+		case success:
 			v.healthyRegions++
 		}
+		v.regions++
 	}
 	switch {
 	case v.regions == 0:
@@ -59,6 +55,28 @@ func aggregate(c *Check, res []attempt) verdict {
 		}
 	}
 	return v
+}
+
+// regionVerdict is the verdict of one region from the attempts of its probers (HC-2): the strict
+// majority of those that produced a result (a tie is a failure), noResult when none did (HC-3).
+func regionVerdict(res []attempt) outcome {
+	ok, got := 0, 0
+	for _, a := range res {
+		switch a.outcome {
+		case success:
+			ok++
+			got++
+		case failure:
+			got++
+		}
+	}
+	switch {
+	case got == 0:
+		return noResult
+	case 2*ok > got:
+		return success
+	}
+	return failure
 }
 
 // streak is the threshold state of one target: its state and consecutive aggregated results.

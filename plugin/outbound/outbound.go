@@ -62,6 +62,7 @@ type Outbound struct {
 	probeQ        dns.Question // the fixed question of exploration probes (O-6)
 	probeWire     []byte       // probeQ packed
 	cfg           *dnsserver.Config
+	server        string // the server block, for the status page
 
 	now   func() time.Time
 	board *health.Board

@@ -280,7 +280,7 @@ func (rk *ranker) order(from region.ID) *ranking {
 	slot := &rk.byRegion[int(from)+1]
 	cur := slot.Load()
 	gen := failGen.Load()
-	if cur != nil && cur.gen == gen && rk.now().Sub(cur.at) < rerankEvery {
+	if rk.fresh(cur, gen) {
 		return cur
 	}
 	rk.mu.Lock()
@@ -294,6 +294,23 @@ func (rk *ranker) order(from region.ID) *ranking {
 	return next
 }
 
+// fresh reports whether cur may be used as it is.
+func (rk *ranker) fresh(cur *ranking, gen uint64) bool {
+	return cur != nil && cur.gen == gen && rk.now().Sub(cur.at) < rerankEvery
+}
+
+// peek returns the ranking a query from region from would use now, computing it as order does
+// but without storing it: explain and the status page read the ranking, they never set it (S-3).
+func (rk *ranker) peek(from region.ID) *ranking {
+	slot := &rk.byRegion[int(from)+1]
+	if cur := slot.Load(); rk.fresh(cur, failGen.Load()) {
+		return cur
+	}
+	rk.mu.Lock()
+	defer rk.mu.Unlock()
+	return rk.compute(from, slot.Load())
+}
+
 // compute scores every pair (O-5): success band, then latency band, then distance of the
 // pair's endpoint from the source region, then declaration order. The previous leader gets the
 // hysteresis bonus.
@@ -303,6 +320,35 @@ func (rk *ranker) compute(from region.ID, prev *ranking) *ranking {
 	if prev != nil && len(prev.order) > 0 {
 		leader = prev.order[0]
 	}
+	keys := rk.score(now, from, leader)
+	order := make([]int, len(keys))
+	for i := range order {
+		order[i] = i
+	}
+	sort.Slice(order, func(a, b int) bool { return keys[order[a]].less(keys[order[b]]) })
+	if leader >= 0 && order[0] == leader {
+		// The bonus shields the leader from challengers better by less than a band, never from
+		// one that is as good in both bands and nearer: distance does not fluctuate, so letting it
+		// decide there cannot flap, and a recovered nearer endpoint is preferred again (O-6).
+		raw := rk.rawKey(now, leader, keys)
+		for pos, j := range order[1:] {
+			k := keys[j]
+			if k.fail > raw.fail {
+				break
+			}
+			if k.fail == raw.fail && k.lat <= raw.lat && k.dist < raw.dist {
+				copy(order[1:pos+2], order[:pos+1])
+				order[0] = j
+				break
+			}
+		}
+	}
+	return &ranking{order: order, at: now}
+}
+
+// score is the key of every pair for queries from region from, leader (-1: none) getting the
+// hysteresis bonus. compute sorts by it; explain shows it.
+func (rk *ranker) score(now time.Time, from region.ID, leader int) []key {
 	keys := make([]key, len(rk.pairs))
 	bestLat := math.MaxInt
 	for i, p := range rk.pairs {
@@ -331,29 +377,7 @@ func (rk *ranker) compute(from region.ID, prev *ranking) *ranking {
 			keys[i].lat = bestLat
 		}
 	}
-	order := make([]int, len(keys))
-	for i := range order {
-		order[i] = i
-	}
-	sort.Slice(order, func(a, b int) bool { return keys[order[a]].less(keys[order[b]]) })
-	if leader >= 0 && order[0] == leader {
-		// The bonus shields the leader from challengers better by less than a band, never from
-		// one that is as good in both bands and nearer: distance does not fluctuate, so letting it
-		// decide there cannot flap, and a recovered nearer endpoint is preferred again (O-6).
-		raw := rk.rawKey(now, leader, keys)
-		for pos, j := range order[1:] {
-			k := keys[j]
-			if k.fail > raw.fail {
-				break
-			}
-			if k.fail == raw.fail && k.lat <= raw.lat && k.dist < raw.dist {
-				copy(order[1:pos+2], order[:pos+1])
-				order[0] = j
-				break
-			}
-		}
-	}
-	return &ranking{order: order, at: now}
+	return keys
 }
 
 // rawKey is the key of the leader without its hysteresis bonus.

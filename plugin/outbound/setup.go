@@ -12,6 +12,7 @@ import (
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
 	"github.com/coresteer/coresteer/plugin/pkg/lifecycle"
+	"github.com/coresteer/coresteer/plugin/pkg/statusview"
 
 	"github.com/miekg/dns"
 )
@@ -30,6 +31,7 @@ func setup(c *caddy.Controller) error {
 		}
 	}
 	o.cfg = dnsserver.GetConfig(c)
+	o.server = statusview.ServerOf(c)
 	lifecycle.Hook(c, func() error {
 		if err := o.bind(reg); err != nil {
 			return plugin.Error("outbound", err)
@@ -39,6 +41,7 @@ func setup(c *caddy.Controller) error {
 		o.stop()
 		return nil
 	})
+	statusview.Register(c, o)
 	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
 		o.Next = next
 		return o

@@ -12,6 +12,7 @@ import (
 	"github.com/coredns/coredns/plugin"
 	"github.com/coresteer/coresteer/plugin/pkg/health"
 	"github.com/coresteer/coresteer/plugin/pkg/lifecycle"
+	"github.com/coresteer/coresteer/plugin/pkg/statusview"
 )
 
 const pluginName = "pschealth"
@@ -32,6 +33,7 @@ func setup(c *caddy.Controller) error {
 	p.demand = d // the backends are wanted from OnStartup on
 	p.gen = lifecycle.Generation(c)
 	lifecycle.Hook(c, p.OnStartup, p.OnShutdown)
+	statusview.Register(c, p)
 
 	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
 		p.Next = next

@@ -188,42 +188,78 @@ func (p *policy) anyChecked() bool {
 	return false
 }
 
-// pickWRR chooses one bucket (R-WRR-2). all is set when the bucket must be served whole because
-// nothing is healthy (R-WRR-7).
-func (p *policy) pickWRR(rnd func() uint64) (it *item, all bool) {
-	var ok [maxItems]bool
-	var total float64
+// wrrPool is what one WRR draw picks from: the eligible buckets and how they share the traffic.
+// pickWRR draws from it and explain computes the probabilities of the same pool (chance), so the
+// two cannot disagree (S-2).
+type wrrPool struct {
+	ok    [maxItems]bool
+	total float64 // the sum of the eligible weights; 0 means an even split
+	n     int     // the buckets of an even split
+	all   bool    // nothing is healthy: the bucket is served whole (R-WRR-7)
+}
+
+// pool fills w for the health of p's buckets now.
+func (p *policy) pool(w *wrrPool) {
 	zeros := 0
 	for i := range p.items {
 		if !p.items[i].healthy() {
 			continue // R-WRR-4: a bucket with no healthy address is not eligible.
 		}
-		ok[i] = true
+		w.ok[i] = true
 		if p.items[i].weight > 0 {
-			total += p.items[i].weight
+			w.total += p.items[i].weight
 		} else {
 			zeros++
 		}
 	}
 	switch {
-	case total > 0:
+	case w.total > 0:
 		// R-WRR-2, R-WRR-4: weight / sum of eligible weights.
-		return p.drawWeighted(ok[:len(p.items)], total, rnd), false
+		return
 	case zeros > 0:
 		// R-WRR-3: all weights 0 share evenly; R-WRR-5: zero-weight items answer only when every
 		// non-zero item is unhealthy.
-		return p.drawEven(ok[:len(p.items)], zeros, rnd), false
+		w.n = zeros
+		return
 	}
 	// R-WRR-6, R-WRR-7: everything unhealthy: answer as if everything were healthy, which never
 	// picks a zero-weight item while a non-zero one exists.
+	w.all = true
 	for i := range p.items {
-		ok[i] = true
-		total += p.items[i].weight
+		w.ok[i] = true
+		w.total += p.items[i].weight
 	}
-	if total > 0 {
-		return p.drawWeighted(ok[:len(p.items)], total, rnd), true
+	if w.total == 0 {
+		w.n = len(p.items)
 	}
-	return p.drawEven(ok[:len(p.items)], len(p.items), rnd), true
+}
+
+// pickWRR chooses one bucket (R-WRR-2). all is set when the bucket must be served whole because
+// nothing is healthy (R-WRR-7).
+func (p *policy) pickWRR(rnd func() uint64) (it *item, all bool) {
+	var w wrrPool
+	p.pool(&w)
+	if w.total > 0 {
+		return p.drawWeighted(w.ok[:len(p.items)], w.total, rnd), w.all
+	}
+	return p.drawEven(w.ok[:len(p.items)], w.n, rnd), w.all
+}
+
+// chance is the probability that a draw from w (drawWeighted or drawEven) picks bucket i.
+func (p *policy) chance(w *wrrPool, i int) float64 {
+	wt := p.items[i].weight
+	switch {
+	case !w.ok[i]:
+		return 0
+	case w.total > 0:
+		if wt <= 0 {
+			return 0
+		}
+		return wt / w.total
+	case wt > 0 && w.n != len(p.items):
+		return 0
+	}
+	return 1 / float64(w.n)
 }
 
 func (p *policy) drawWeighted(ok []bool, total float64, rnd func() uint64) *item {
@@ -294,10 +330,16 @@ func (p *policy) pickGeo(src region.ID, failOpen bool) (it *item, all, fallback 
 
 // pickFailover chooses between the primary set and the backup (R-FO-1..4).
 func (p *policy) pickFailover(s *source, rnd func() uint64) (*item, bool, outcome) {
-	primary := &p.items[0]
-	// R-FO-3: the trickle share goes to the backup even while the primary is healthy. A backup
-	// with nothing healthy does not take trickle traffic.
+	// R-FO-3: the trickle share goes to the backup even while the primary is healthy.
 	trickle := p.trickle > 0 && (p.trickle >= 1 || unit(rnd()) < p.trickle)
+	return p.failover(s, trickle)
+}
+
+// failover is pickFailover once the trickle draw is made: explain calls it with both draws and
+// weighs them by the trickle ratio (S-2).
+func (p *policy) failover(s *source, trickle bool) (*item, bool, outcome) {
+	primary := &p.items[0]
+	// A backup with nothing healthy does not take trickle traffic.
 	if trickle {
 		if it, all, fb := p.backup.pickGeo(s.region(), false); it != nil && !all {
 			return it, false, outcome{backup: true, fallback: fb}

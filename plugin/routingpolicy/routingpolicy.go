@@ -43,6 +43,7 @@ type RoutingPolicy struct {
 	held    *holdings // what the served data declared, while started
 	dnssec  bool      // dnssec is in the server block: R-SEC-1 applies to reloaded data too
 	stamps  [2]fileStamp
+	server  string // the server block, for the status page
 
 	Next plugin.Handler
 }
@@ -67,12 +68,7 @@ func (rp *RoutingPolicy) Name() string { return "routingpolicy" }
 // ServeDNS implements plugin.Handler.
 func (rp *RoutingPolicy) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 	state := request.Request{W: w, Req: r}
-	qname := state.Name()
-	if strings.IndexByte(qname, '\\') >= 0 && !wireEscaped(qname) {
-		// A name built in the server, not unpacked from the wire (`\097bc` for `abc`): the zone's
-		// names are in wire-unpacked form, as file's comparison of names would see them.
-		qname = canonicalName(qname)
-	}
+	qname := queryName(&state)
 	d := rp.data.Load()
 	z := d.match(qname)
 	if z == nil {
@@ -117,6 +113,17 @@ func (rp *RoutingPolicy) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *
 	state.SizeAndDo(m)
 	w.WriteMsg(m)
 	return dns.RcodeSuccess, nil
+}
+
+// queryName is the name of the query in the form the zone's names are in (ServeDNS and explain).
+func queryName(state *request.Request) string {
+	qname := state.Name()
+	if strings.IndexByte(qname, '\\') >= 0 && !wireEscaped(qname) {
+		// A name built in the server, not unpacked from the wire (`\097bc` for `abc`): the zone's
+		// names are in wire-unpacked form, as file's comparison of names would see them.
+		qname = canonicalName(qname)
+	}
+	return qname
 }
 
 // account sets metadata and metrics for the policies that answered.

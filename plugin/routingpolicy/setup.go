@@ -15,6 +15,7 @@ import (
 	"github.com/coresteer/coresteer/plugin/pkg/health"
 	"github.com/coresteer/coresteer/plugin/pkg/lifecycle"
 	"github.com/coresteer/coresteer/plugin/pkg/region"
+	"github.com/coresteer/coresteer/plugin/pkg/statusview"
 
 	"github.com/miekg/dns"
 )
@@ -57,8 +58,10 @@ func setup(c *caddy.Controller) error {
 		rp := New(cfg, d)
 		rp.demand = demand
 		rp.gen = lifecycle.Generation(c)
+		rp.server = statusview.ServerOf(c)
 		conf := dnsserver.GetConfig(c)
 		lifecycle.Hook(c, func() error { return rp.OnStartup(conf) }, rp.OnShutdown)
+		statusview.Register(c, rp)
 		conf.AddPlugin(func(next plugin.Handler) plugin.Handler {
 			rp.Next = next
 			return rp

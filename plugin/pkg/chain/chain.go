@@ -20,6 +20,9 @@ var placements = []struct {
 	// checks are defined before pschealth, routingpolicy and outbound set up.
 	{name: "healthcheck", after: "metadata"},
 	{name: "pschealth", after: "healthcheck"},
+	// Like health and ready, status serves HTTP and answers no query: it sits with them, right
+	// after health, and adds no handler to the chain (S-3).
+	{name: "status", after: "health"},
 	// After cache and dnssec, so dnssec signs routingpolicy answers.
 	{name: "routingpolicy", before: "file"},
 	// After cache, so forwarded answers can be cached.

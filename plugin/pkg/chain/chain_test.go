@@ -26,6 +26,10 @@ func TestOrder(t *testing.T) {
 	if len(d) != len(dnsserver.Directives)+len(Names()) {
 		t.Fatalf("chain has %d directives, want %d", len(d), len(dnsserver.Directives)+len(Names()))
 	}
+	// status with health and ready, right after health.
+	if index(t, d, "status") != index(t, d, "health")+1 {
+		t.Errorf("status at %d, health at %d: want right after", index(t, d, "status"), index(t, d, "health"))
+	}
 	hc, psc := index(t, d, "healthcheck"), index(t, d, "pschealth")
 	rp, ob := index(t, d, "routingpolicy"), index(t, d, "outbound")
 
@@ -72,7 +76,7 @@ func TestOrderIdempotent(t *testing.T) {
 }
 
 func TestOrderMissingAnchor(t *testing.T) {
-	_, err := Order([]string{"metadata", "cache", "forward"})
+	_, err := Order([]string{"metadata", "health", "cache", "forward"})
 	if err == nil || !strings.Contains(err.Error(), `directive "file" not in the chain`) {
 		t.Fatalf("error = %v, want one naming the missing anchor", err)
 	}

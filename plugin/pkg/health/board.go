@@ -8,8 +8,10 @@
 package health
 
 import (
+	"cmp"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -142,6 +144,32 @@ func (b *Board) Acquire(k Key) *Target {
 	}
 	t.refs++
 	return t
+}
+
+// Targets returns every target on the board, ordered by check, address and port. It is the
+// board's read-only enumeration for the status page (S-1): the targets can only be read through
+// it (Target has no method that writes), and the list is a copy, so the board may change while
+// the caller reads it.
+func (b *Board) Targets() []*Target {
+	b.mu.Lock()
+	out := make([]*Target, 0, len(b.targets))
+	for _, t := range b.targets {
+		out = append(out, t)
+	}
+	b.mu.Unlock()
+	slices.SortFunc(out, func(x, y *Target) int { return x.key.compare(y.key) })
+	return out
+}
+
+// compare orders keys by check, address and port.
+func (k Key) compare(o Key) int {
+	if c := strings.Compare(k.Check, o.Check); c != 0 {
+		return c
+	}
+	if c := k.Addr.Compare(o.Addr); c != 0 {
+		return c
+	}
+	return cmp.Compare(k.Port, o.Port)
 }
 
 // Release drops a reference taken by Acquire; the last one removes the target and its state.

@@ -269,3 +269,38 @@ func BenchmarkTargetHealthy(b *testing.B) {
 		}
 	})
 }
+
+// S-1: the status page lists the board's targets, ordered, with their states, and a released
+// target is gone from the list.
+func TestTargetsEnumeration(t *testing.T) {
+	b := NewBoard(time.Now)
+	k1 := Key{Check: "web", Addr: netip.MustParseAddr("10.0.0.2")}
+	k2 := Key{Check: "web", Addr: netip.MustParseAddr("10.0.0.1"), Port: 8080}
+	k3 := Key{Addr: netip.MustParseAddr("10.9.9.9")}
+	k4 := Key{Check: "web", Addr: netip.MustParseAddr("10.0.0.1")}
+	t1, t2, t3, t4 := b.Acquire(k1), b.Acquire(k2), b.Acquire(k3), b.Acquire(k4)
+	b.Set(t1, Unhealthy, "down")
+	got := b.Targets()
+	want := []Key{k3, k4, k2, k1}
+	if len(got) != len(want) {
+		t.Fatalf("Targets() = %d targets, want %d", len(got), len(want))
+	}
+	for i, k := range want {
+		if got[i].Key() != k {
+			t.Errorf("Targets()[%d] = %v, want %v", i, got[i].Key(), k)
+		}
+	}
+	if got[3].Status().Reason != "down" {
+		t.Errorf("reason = %q, want down", got[3].Status().Reason)
+	}
+	b.Release(t2)
+	if n := len(b.Targets()); n != 3 {
+		t.Errorf("after a release: %d targets, want 3", n)
+	}
+	b.Release(t1)
+	b.Release(t3)
+	b.Release(t4)
+	if n := len(b.Targets()); n != 0 {
+		t.Errorf("after every release: %d targets, want 0", n)
+	}
+}

@@ -26,6 +26,13 @@ func (l *Locator) Server() ID { return l.server }
 // Region returns the region of addr: the longest configured subnet that contains it, else the
 // server's own region (L-2).
 func (l *Locator) Region(addr netip.Addr) ID {
+	id, _ := l.Subnet(addr)
+	return id
+}
+
+// Subnet is Region that also returns the configured subnet that matched, or the zero Prefix when
+// none did and the server's own region was used: explain says which `subnet` line placed a client.
+func (l *Locator) Subnet(addr netip.Addr) (ID, netip.Prefix) {
 	addr = addr.Unmap()
 	fam := 0
 	if addr.Is6() {
@@ -37,10 +44,10 @@ func (l *Locator) Region(addr netip.Addr) ID {
 			continue
 		}
 		if id, ok := l.nets[p]; ok {
-			return id
+			return id, p
 		}
 	}
-	return l.server
+	return l.server, netip.Prefix{}
 }
 
 // Source is where a query comes from.

@@ -256,3 +256,37 @@ func BenchmarkLocate(b *testing.B) {
 		}
 	}
 }
+
+// L-2, S-2: Subnet names the configured subnet that placed an address (the longest), and no
+// subnet when the server's own region was used; Region agrees with it.
+func TestSubnetMatched(t *testing.T) {
+	cfg := &Config{Server: "us-east1", Subnets: []Subnet{
+		{Region: "europe-west1", Prefix: netip.MustParsePrefix("10.0.0.0/8")},
+		{Region: "us-west1", Prefix: netip.MustParsePrefix("10.1.2.0/24")},
+	}}
+	l, err := cfg.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		addr, region, subnet string
+	}{
+		{"10.1.2.3", "us-west1", "10.1.2.0/24"},
+		{"10.9.0.1", "europe-west1", "10.0.0.0/8"},
+		{"192.0.2.1", "us-east1", ""},
+		{"::ffff:10.1.2.3", "us-west1", "10.1.2.0/24"},
+	} {
+		a := netip.MustParseAddr(tc.addr)
+		id, p := l.Subnet(a)
+		got := ""
+		if p.IsValid() {
+			got = p.String()
+		}
+		if l.Table.Name(id) != tc.region || got != tc.subnet {
+			t.Errorf("Subnet(%s) = %s, %q; want %s, %q", tc.addr, l.Table.Name(id), got, tc.region, tc.subnet)
+		}
+		if l.Region(a) != id {
+			t.Errorf("Region(%s) = %v, Subnet says %v", tc.addr, l.Region(a), id)
+		}
+	}
+}

@@ -1,0 +1,51 @@
+package status
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/coredns/caddy"
+	"github.com/coresteer/coresteer/plugin/pkg/coretest"
+)
+
+// The syntax `status [ADDRESS]`, loopback by default (S-1, S-3); every bad input is an error that
+// names it.
+func TestParse(t *testing.T) {
+	for _, tc := range []struct {
+		in, addr, err string
+	}{
+		{"status", defaultAddr, ""},
+		{"status 127.0.0.1:9000", "127.0.0.1:9000", ""},
+		{"status [::1]:9000", "[::1]:9000", ""},
+		{"status :9000", ":9000", ""},
+		{"status 127.0.0.1", "", `address "127.0.0.1" is not HOST:PORT`},
+		{"status a b", "", "Wrong argument count"},
+		{"status {\n  foo\n}", "", `unknown property "foo"`},
+		{"status\nstatus :9000", "", "this plugin"},
+	} {
+		addr, err := parse(caddy.NewTestController("dns", tc.in))
+		switch {
+		case tc.err == "" && err != nil:
+			t.Errorf("%q: %v", tc.in, err)
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%q: error %v, want %q", tc.in, err, tc.err)
+		case tc.err == "" && addr != tc.addr:
+			t.Errorf("%q: address %q, want %q", tc.in, addr, tc.addr)
+		}
+	}
+}
+
+// Like health and ready, once per process: a second server block with status is refused.
+func TestOncePerProcess(t *testing.T) {
+	_, err := coretest.New(`.:0 {
+	bind 127.0.0.1
+	status 127.0.0.1:0
+}
+example.:0 {
+	bind 127.0.0.1
+	status 127.0.0.1:0
+}`)
+	if err == nil || !strings.Contains(err.Error(), "one server block only") {
+		t.Fatalf("two status blocks: %v", err)
+	}
+}
