@@ -116,29 +116,3 @@ type fixedAddrWriter struct {
 }
 
 func (w *fixedAddrWriter) RemoteAddr() net.Addr { return w.addr }
-
-// serverWriter stands for miekg/dns's writer of a UDP query in a real server: WriteMsg packs the
-// message (dns.Msg.Pack, as miekg/dns's response.WriteMsg does) and Write takes packed bytes. last
-// is the wire form of the last answer, however it was written.
-type serverWriter struct {
-	fixedAddrWriter
-	last []byte
-}
-
-func newServerWriter(client string) *serverWriter {
-	return &serverWriter{fixedAddrWriter: fixedAddrWriter{addr: &net.UDPAddr{IP: net.ParseIP(client), Port: 40212}}}
-}
-
-func (w *serverWriter) WriteMsg(m *dns.Msg) error {
-	b, err := m.Pack()
-	if err != nil {
-		return err
-	}
-	w.last = b
-	return nil
-}
-
-func (w *serverWriter) Write(b []byte) (int, error) {
-	w.last = append(w.last[:0:0], b...)
-	return len(b), nil
-}
