@@ -70,7 +70,7 @@ func (rp *RoutingPolicy) Name() string { return "routingpolicy" }
 // ServeDNS implements plugin.Handler.
 func (rp *RoutingPolicy) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 	state := request.Request{W: w, Req: r}
-	qname := state.Name()
+	qname := queryName(&state)
 	if strings.IndexByte(qname, '\\') >= 0 && !wireEscaped(qname) {
 		// A name built in the server, not unpacked from the wire (`\097bc` for `abc`): the zone's
 		// names are in wire-unpacked form, as file's comparison of names would see them.
@@ -122,6 +122,17 @@ func (rp *RoutingPolicy) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *
 	state.SizeAndDo(m)
 	w.WriteMsg(m)
 	return dns.RcodeSuccess, nil
+}
+
+// queryName returns the name of the query as the zones key names: lower case, in the form
+// unpacking gives. It is request.Request.Name, whose dns.Name.String rewrites every name it is
+// given (a fifth of ServeDNS's time), without that for a name of printable ASCII without
+// escapes, most names, which it leaves as it is.
+func queryName(state *request.Request) string {
+	if q := state.Req.Question; len(q) > 0 && printable(q[0].Name) {
+		return strings.ToLower(q[0].Name)
+	}
+	return state.Name()
 }
 
 // account sets metadata and metrics for the policies that answered.
