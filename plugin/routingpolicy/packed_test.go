@@ -15,7 +15,6 @@ import (
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 
 	"github.com/miekg/dns"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // debugLog captures what the plugins log until t ends. A server block with debug logs debug
@@ -25,35 +24,6 @@ func debugLog(t *testing.T) *coretest.Log {
 	l := coretest.CaptureLog(t)
 	t.Cleanup(clog.D.Clear)
 	return l
-}
-
-// counter returns the sum of the values of metric name over the series with all of labels.
-func counter(t *testing.T, name string, labels map[string]string) float64 {
-	t.Helper()
-	mfs, err := prometheus.DefaultGatherer.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range mf.GetMetric() {
-			have := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				have[lp.GetName()] = lp.GetValue()
-			}
-			for k, v := range labels {
-				if have[k] != v {
-					continue series
-				}
-			}
-			sum += m.GetCounter().GetValue()
-		}
-	}
-	return sum
 }
 
 // TestIntegrationPackedPath: answers are written as packed bytes in a server block where no
@@ -73,11 +43,11 @@ func TestIntegrationPackedPath(t *testing.T) {
 		{"prometheus", "prometheus 127.0.0.1:" + coretest.FreePort(t), false, func(t *testing.T, s *coretest.Server, port string, _ *coretest.Log) {
 			t.Helper()
 			labels := map[string]string{"server": "dns://127.0.0.1:" + port, "rcode": "NXDOMAIN"}
-			before := counter(t, "coredns_dns_responses_total", labels)
+			before := coretest.Sum(t, "coredns_dns_responses_total", labels)
 			if m, err := s.Query("nx.example.org.", dns.TypeA); err != nil || m.Rcode != dns.RcodeNameError {
 				t.Fatalf("nx.example.org.: %v %v", m, err)
 			}
-			if after := counter(t, "coredns_dns_responses_total", labels); after != before+1 {
+			if after := coretest.Sum(t, "coredns_dns_responses_total", labels); after != before+1 {
 				t.Errorf("prometheus counted %v NXDOMAIN answers for one", after-before)
 			}
 		}},
@@ -96,13 +66,13 @@ func TestIntegrationPackedPath(t *testing.T) {
 		{"cache", "cache 60", false, func(t *testing.T, s *coretest.Server, port string, _ *coretest.Log) {
 			t.Helper()
 			labels := map[string]string{"server": "dns://127.0.0.1:" + port}
-			before := counter(t, "coredns_cache_hits_total", labels)
+			before := coretest.Sum(t, "coredns_cache_hits_total", labels)
 			for range 2 {
 				if m, err := s.Query("www.example.org.", dns.TypeTXT); err != nil || m.Rcode != dns.RcodeSuccess || len(m.Ns) != 1 {
 					t.Fatalf("www.example.org. TXT: %v %v", m, err)
 				}
 			}
-			if after := counter(t, "coredns_cache_hits_total", labels); after != before+1 {
+			if after := coretest.Sum(t, "coredns_cache_hits_total", labels); after != before+1 {
 				t.Errorf("cache served %v of two queries, want the second", after-before)
 			}
 		}},
