@@ -235,3 +235,33 @@ func exchangeRaw(t *testing.T, network, addr string, query []byte) []byte {
 	}
 	return b
 }
+
+// TestIntegrationPackedSelfLookup: file answers a CNAME to a name routingpolicy serves in the same
+// server by asking the server itself (pkg/upstream, through a nonwriter): routingpolicy's answer
+// reaches file, which puts it after its CNAME, and the client gets file's answer only.
+func TestIntegrationPackedSelfLookup(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "db.example.net"), []byte("$ORIGIN example.net.\n$TTL 60\n@ SOA ns1 h 1 2 3 4 5\n@ NS ns1.example.org.\nwww CNAME geo.example.org.\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	port := coretest.FreePort(t)
+	s := coretest.Start(t, fmt.Sprintf(`example.net:%s {
+	bind 127.0.0.1
+	file %s
+}
+example.org:%s {
+	bind 127.0.0.1
+	routingpolicy {
+		geo geo A 30 "us-east1=192.0.2.1"
+	}
+}`, port, filepath.Join(dir, "db.example.net"), port))
+	for range 3 {
+		m, err := s.Query("www.example.net.", dns.TypeA)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m.Answer) != 2 || m.Answer[1].Header().Rrtype != dns.TypeA || m.Question[0].Name != "www.example.net." {
+			t.Fatalf("www.example.net. A: want file's CNAME and routingpolicy's address, got %v", m)
+		}
+	}
+}

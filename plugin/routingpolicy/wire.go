@@ -6,7 +6,9 @@ import (
 	"net"
 	"slices"
 
+	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/pkg/edns"
+	"github.com/coredns/coredns/plugin/pkg/nonwriter"
 	"github.com/coredns/coredns/request"
 
 	"github.com/miekg/dns"
@@ -80,10 +82,13 @@ func appendName(b []byte, name string) ([]byte, bool) {
 // Truncate, Scrub), then dns.Msg.Pack, byte for byte. It writes nothing and returns false when
 // that message is not a copy: one CoreDNS would truncate or compress (too large for the client's
 // buffer or for a UDP datagram), one with EDNS0 options CoreDNS echoes (none, unless rewrite
-// registered some), one that does not pack. It returns buf, maybe grown, for the next answer:
+// registered some), one that does not pack; and when w does not write to the client (toClient). It returns buf, maybe grown, for the next answer:
 // ResponseWriter.Write does not keep the slice it is given (io.Writer's contract: miekg/dns
 // writes it to the socket, a writer that queues copies it).
 func writePacked(w dns.ResponseWriter, r *dns.Msg, rep *reply, ecs *dns.EDNS0_SUBNET, buf []byte) ([]byte, bool) {
+	if !toClient(w) {
+		return buf, false
+	}
 	b, ok := appendReply(buf[:0], r, rep, ecs)
 	if ok && len(b) > dns.MinMsgSize {
 		ok = fits(w, r, len(b))
@@ -92,6 +97,29 @@ func writePacked(w dns.ResponseWriter, r *dns.Msg, rep *reply, ecs *dns.EDNS0_SU
 		w.Write(b)
 	}
 	return b, ok
+}
+
+// toClient reports whether bytes written to w go to the client of the query, as they are: w is
+// the writer CoreDNS's server gives the chain for a query (its ScrubWriter around the transport's
+// writer), maybe wrapped by writers that pass Write on and say so (Unwrap). A plugin that asks the
+// server a question of its own (pkg/upstream for file's out-of-zone CNAME targets, outbound for
+// FQDN targets) captures the dns.Msg of the answer with a nonwriter, around its client's writer:
+// Write would send the bytes to that client, so such an answer needs WriteMsg.
+func toClient(w dns.ResponseWriter) bool {
+	for {
+		switch v := w.(type) {
+		case *request.ScrubWriter:
+			switch v.ResponseWriter.(type) {
+			case *nonwriter.Writer, *dnstest.Recorder:
+				return false
+			}
+			return true
+		case interface{ Unwrap() dns.ResponseWriter }:
+			w = v.Unwrap()
+		default:
+			return false
+		}
+	}
 }
 
 // fits reports whether CoreDNS sends a message of n octets to the client of r as it is:

@@ -1,6 +1,7 @@
 package routingpolicy
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -9,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/coredns/coredns/plugin/pkg/edns"
+	"github.com/coredns/coredns/plugin/pkg/nonwriter"
+	"github.com/coredns/coredns/request"
 	"github.com/coresteer/coresteer/plugin/pkg/health"
 
 	"github.com/miekg/dns"
@@ -342,4 +345,48 @@ func txtOfSize(t *testing.T, q wireQuery, n int) string {
 		rd -= k + 1
 	}
 	return "record edge TXT 60 " + strings.Join(strs, " ")
+}
+
+// unwrapper is a writer that passes Write on and says what it wraps, as udpbatch's does.
+type unwrapper struct{ dns.ResponseWriter }
+
+func (u unwrapper) Unwrap() dns.ResponseWriter { return u.ResponseWriter }
+
+// opaque is a writer that wraps another without saying so.
+type opaque struct{ dns.ResponseWriter }
+
+// TestPackedOnlyToClient: an answer is written as packed bytes only to the writer of the client
+// that asked, the server's ScrubWriter, maybe under writers that say what they wrap. A plugin that
+// asks the server a question of its own (pkg/upstream for file's CNAME targets, outbound for FQDN
+// targets) captures the dns.Msg with a nonwriter around its own client's writer: that answer is
+// written with WriteMsg, or the lookup would see nothing and its client would get our bytes.
+// Regression: outbound's FQDN target in a geo zone got SERVFAIL.
+func TestPackedOnlyToClient(t *testing.T) {
+	rp, _ := newTest(t, wireZone())
+	q := new(dns.Msg)
+	q.SetQuestion("geo.example.org.", dns.TypeA)
+	for _, tc := range []struct {
+		what   string
+		wrap   func(dns.ResponseWriter) dns.ResponseWriter
+		packed bool
+	}{
+		{"the server's writer", func(w dns.ResponseWriter) dns.ResponseWriter { return request.NewScrubWriter(q, w) }, true},
+		{"under a writer that unwraps", func(w dns.ResponseWriter) dns.ResponseWriter { return unwrapper{request.NewScrubWriter(q, w)} }, true},
+		{"under a writer that does not", func(w dns.ResponseWriter) dns.ResponseWriter { return opaque{request.NewScrubWriter(q, w)} }, false},
+		{"not the server's", func(w dns.ResponseWriter) dns.ResponseWriter { return w }, false},
+	} {
+		client := newServerWriter("10.1.1.1")
+		rp.ServeDNS(context.Background(), tc.wrap(client), q.Copy())
+		if client.packed != tc.packed || client.answer(t).Rcode != dns.RcodeSuccess {
+			t.Errorf("%s: packed %v, want %v", tc.what, client.packed, tc.packed)
+		}
+	}
+
+	// A lookup of the server's own, as pkg/upstream makes it inside a client's query.
+	client := newServerWriter("10.1.1.1")
+	nw := nonwriter.New(request.NewScrubWriter(q, client))
+	rp.ServeDNS(context.Background(), request.NewScrubWriter(q, nw), q.Copy())
+	if client.last != nil || nw.Msg == nil || len(nw.Msg.Answer) != 2 {
+		t.Fatalf("a lookup through a nonwriter: the client got %x, the lookup %v", client.last, nw.Msg)
+	}
 }
