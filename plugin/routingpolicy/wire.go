@@ -1,11 +1,14 @@
 package routingpolicy
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"net"
+	"reflect"
 	"slices"
 
+	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/pkg/edns"
 	"github.com/coredns/coredns/plugin/pkg/nonwriter"
@@ -101,12 +104,13 @@ func writePacked(w dns.ResponseWriter, r *dns.Msg, rep *reply, ecs *dns.EDNS0_SU
 
 // toClient reports whether bytes written to w go to the client of the query, as they are: w is
 // the writer CoreDNS's server gives the chain for a query (its ScrubWriter around the transport's
-// writer), maybe wrapped by writers that pass Write on and say so (Unwrap). A plugin that asks the
+// writer), maybe wrapped by writers that pass Write on: the one plugin.NextOrFailure gives each
+// plugin after the first (pluginWriter), and writers that say so (Unwrap). A plugin that asks the
 // server a question of its own (pkg/upstream for file's out-of-zone CNAME targets, outbound for
 // FQDN targets) captures the dns.Msg of the answer with a nonwriter, around its client's writer:
 // Write would send the bytes to that client, so such an answer needs WriteMsg.
 func toClient(w dns.ResponseWriter) bool {
-	for {
+	for range maxWrappers {
 		switch v := w.(type) {
 		case *request.ScrubWriter:
 			switch v.ResponseWriter.(type) {
@@ -117,9 +121,49 @@ func toClient(w dns.ResponseWriter) bool {
 		case interface{ Unwrap() dns.ResponseWriter }:
 			w = v.Unwrap()
 		default:
-			return false
+			if w = passedOn(w); w == nil {
+				return false
+			}
 		}
 	}
+	return false
+}
+
+// maxWrappers bounds the walk down the writers a query's writer is wrapped in.
+const maxWrappers = 32
+
+// pluginWriter is the type of the writer plugin.NextOrFailure wraps around the writer it is given
+// for the next plugin (unexported in package plugin), and field the index of what it wraps, its
+// embedded ResponseWriter. Its Write notes the plugin for the metrics and passes the bytes on as
+// they are. A CoreDNS whose pluginWriter is not so leaves pluginWriter nil: answers behind it
+// are written with WriteMsg.
+var pluginWriter, pluginWriterField = func() (reflect.Type, int) {
+	var t reflect.Type
+	plugin.NextOrFailure("", plugin.HandlerFunc(func(_ context.Context, w dns.ResponseWriter, _ *dns.Msg) (int, error) {
+		t = reflect.TypeOf(w)
+		return 0, nil
+	}), context.Background(), nil, nil)
+	if t == nil || t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct {
+		return nil, 0
+	}
+	f, ok := t.Elem().FieldByName("ResponseWriter")
+	if !ok || !f.Anonymous || len(f.Index) != 1 || f.Type != reflect.TypeFor[dns.ResponseWriter]() {
+		return nil, 0
+	}
+	return t, f.Index[0]
+}()
+
+// passedOn returns the writer that w passes Write on to when w is plugin.NextOrFailure's, or nil.
+func passedOn(w dns.ResponseWriter) dns.ResponseWriter {
+	if pluginWriter == nil || reflect.TypeOf(w) != pluginWriter {
+		return nil
+	}
+	v := reflect.ValueOf(w)
+	if v.IsNil() {
+		return nil
+	}
+	inner, _ := reflect.TypeAssert[dns.ResponseWriter](v.Elem().Field(pluginWriterField))
+	return inner
 }
 
 // fits reports whether CoreDNS sends a message of n octets to the client of r as it is:

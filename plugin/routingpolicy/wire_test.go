@@ -390,3 +390,30 @@ func TestPackedOnlyToClient(t *testing.T) {
 		t.Fatalf("a lookup through a nonwriter: the client got %x, the lookup %v", client.last, nw.Msg)
 	}
 }
+
+// TestPackedBehindPassThrough: issue 17, lever 2: behind the plugins packedPath lets before
+// routingpolicy (errors, metadata, healthcheck...), answers are written as packed bytes. Each of
+// them hands the next plugin the writer plugin.NextOrFailure wraps around its own (CoreDNS's
+// pluginWriter, which passes Write on as it is). Regression: toClient did not see through it,
+// so no answer was packed in a server block with any plugin before routingpolicy. A lookup of
+// the server's own behind such plugins still gets the dns.Msg.
+func TestPackedBehindPassThrough(t *testing.T) {
+	rp, _ := newTest(t, wireZone())
+	q := new(dns.Msg)
+	q.SetQuestion("www.example.org.", dns.TypeA)
+	// metadata -> healthcheck -> errors -> routingpolicy, as dnsserver chains them.
+	chain := &stub{name: "metadata", next: &stub{name: "healthcheck", next: &stub{name: "errors", next: rp}}}
+
+	client := newServerWriter("10.1.1.1")
+	chain.ServeDNS(context.Background(), request.NewScrubWriter(q, client), q.Copy())
+	if !client.packed || len(client.answer(t).Answer) != 2 {
+		t.Errorf("behind metadata, healthcheck and errors: packed %v, answer %v; want packed bytes", client.packed, client.answer(t))
+	}
+
+	client = newServerWriter("10.1.1.1")
+	nw := nonwriter.New(request.NewScrubWriter(q, client))
+	chain.ServeDNS(context.Background(), request.NewScrubWriter(q, nw), q.Copy())
+	if client.last != nil || nw.Msg == nil || len(nw.Msg.Answer) != 2 {
+		t.Fatalf("a lookup through a nonwriter behind errors: the client got %x, the lookup %v", client.last, nw.Msg)
+	}
+}
