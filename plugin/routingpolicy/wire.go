@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 
+	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/pkg/edns"
@@ -103,8 +104,8 @@ func writePacked(w dns.ResponseWriter, r *dns.Msg, rep *reply, ecs *dns.EDNS0_SU
 }
 
 // toClient reports whether bytes written to w go to the client of the query, as they are: w is
-// the writer CoreDNS's server gives the chain for a query (its ScrubWriter around the transport's
-// writer), maybe wrapped by writers that pass Write on: the one plugin.NextOrFailure gives each
+// the writer CoreDNS's server gives the chain for a query (its ScrubWriter around the writer of
+// miekg/dns, UDP, TCP or TLS; DoQ's and DoH's get WriteMsg), maybe wrapped by writers that pass Write on: the one plugin.NextOrFailure gives each
 // plugin after the first (pluginWriter), and writers that say so (Unwrap). A plugin that asks the
 // server a question of its own (pkg/upstream for file's out-of-zone CNAME targets, outbound for
 // FQDN targets) captures the dns.Msg of the answer with a nonwriter, around its client's writer:
@@ -115,6 +116,10 @@ func toClient(w dns.ResponseWriter) bool {
 		case *request.ScrubWriter:
 			switch v.ResponseWriter.(type) {
 			case *nonwriter.Writer, *dnstest.Recorder:
+				return false
+			case *dnsserver.DoQWriter, *dnsserver.DoHWriter:
+				// DoQ's Write does not end the stream (its WriteMsg does: RFC 9250 4.2, the
+				// STREAM FIN); DoH's unpacks the bytes into a dns.Msg again.
 				return false
 			}
 			return true

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin/pkg/edns"
 	"github.com/coredns/coredns/plugin/pkg/nonwriter"
 	"github.com/coredns/coredns/request"
@@ -415,5 +416,29 @@ func TestPackedBehindPassThrough(t *testing.T) {
 	chain.ServeDNS(context.Background(), request.NewScrubWriter(q, nw), q.Copy())
 	if client.last != nil || nw.Msg == nil || len(nw.Msg.Answer) != 2 {
 		t.Fatalf("a lookup through a nonwriter behind errors: the client got %x, the lookup %v", client.last, nw.Msg)
+	}
+}
+
+// TestPackedNotToDoQ: RFC 9250 4.2: a DoQ server ends its answer with the STREAM FIN. CoreDNS's
+// DoQWriter sends it in WriteMsg, not in Write, and its server does not close the stream after
+// the chain: answers to DoQ clients are written with WriteMsg. Regression: a DoQ client got the
+// answer but never the end of the stream. DoH's writer unpacks what Write gives it into a
+// dns.Msg, which WriteMsg hands it as it is: DoH answers get WriteMsg too.
+func TestPackedNotToDoQ(t *testing.T) {
+	q := new(dns.Msg)
+	q.SetQuestion("www.example.org.", dns.TypeA)
+	for _, tc := range []struct {
+		what string
+		w    dns.ResponseWriter
+	}{
+		{"DoQ", &dnsserver.DoQWriter{}},
+		{"DoH", &dnsserver.DoHWriter{}},
+	} {
+		if toClient(request.NewScrubWriter(q, tc.w)) {
+			t.Errorf("%s: answers written as packed bytes, want WriteMsg", tc.what)
+		}
+	}
+	if !toClient(request.NewScrubWriter(q, newServerWriter("10.1.1.1"))) {
+		t.Errorf("miekg/dns's writer: answers written with WriteMsg, want packed bytes")
 	}
 }
