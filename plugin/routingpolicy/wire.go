@@ -7,6 +7,7 @@ import (
 	"net"
 	"reflect"
 	"slices"
+	"sync"
 
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
@@ -122,7 +123,7 @@ func toClient(w dns.ResponseWriter) bool {
 				// STREAM FIN); DoH's unpacks the bytes into a dns.Msg again.
 				return false
 			}
-			return true
+			return !decorated(v.ResponseWriter)
 		case interface{ Unwrap() dns.ResponseWriter }:
 			w = v.Unwrap()
 		default:
@@ -170,6 +171,39 @@ func passedOn(w dns.ResponseWriter) dns.ResponseWriter {
 	inner, _ := reflect.TypeAssert[dns.ResponseWriter](v.Elem().Field(pluginWriterField))
 	return inner
 }
+
+// decorated reports whether w is miekg/dns's writer of a query whose WriteMsg writes through a
+// dns.DecorateWriter (shed's, udpbatch's), which its Write passes by. dnsserver decorates a UDP
+// listener with the decorator of any server block on it (Config.UDPDecorateWriterFunc), so
+// packedPath, which sees routingpolicy's block only, cannot tell; the writer of each query can.
+// It is miekg/dns's response, unexported: its field writer is itself unless decorated. When that
+// cannot be read (another miekg/dns), w counts as decorated: answers get WriteMsg.
+func decorated(w dns.ResponseWriter) bool {
+	t := reflect.TypeOf(w)
+	if t == nil || t.Kind() != reflect.Pointer || t.Elem().Name() != "response" || t.Elem().PkgPath() != "github.com/miekg/dns" {
+		return false
+	}
+	responseOnce.Do(func() {
+		if f, ok := t.Elem().FieldByName("writer"); ok && len(f.Index) == 1 && f.Type == reflect.TypeFor[dns.Writer]() {
+			responseWriterField = f.Index[0]
+		}
+	})
+	if responseWriterField < 0 {
+		return true
+	}
+	v := reflect.ValueOf(w)
+	inner := v.Elem().Field(responseWriterField)
+	if inner.IsNil() {
+		return false // miekg/dns's WriteMsg would panic too: not ours to change
+	}
+	inner = inner.Elem()
+	return inner.Type() != t || inner.Pointer() != v.Pointer()
+}
+
+var (
+	responseOnce        sync.Once
+	responseWriterField = -1 // the index of miekg/dns's response.writer, once found
+)
 
 // fits reports whether CoreDNS sends a message of n octets to the client of r as it is:
 // request.Scrub truncates one larger than the client's buffer (Size) and compresses a UDP one

@@ -7,6 +7,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/coredns/coredns/core/dnsserver"
@@ -440,5 +441,55 @@ func TestPackedNotToDoQ(t *testing.T) {
 	}
 	if !toClient(request.NewScrubWriter(q, newServerWriter("10.1.1.1"))) {
 		t.Errorf("miekg/dns's writer: answers written with WriteMsg, want packed bytes")
+	}
+}
+
+// countingWriter is a dns.DecorateWriter's writer that counts what goes through it.
+type countingWriter struct {
+	dns.Writer
+	n *atomic.Int32
+}
+
+func (c countingWriter) Write(b []byte) (int, error) {
+	c.n.Add(1)
+	return c.Writer.Write(b)
+}
+
+// TestPackedThroughDecoratedWriter: issue 17, lever 2: a UDP writer decorator (shed's) sees every
+// answer. dnsserver decorates a listener with the decorator of any server block on it, so one in
+// another block than routingpolicy's decorates its answers too; miekg/dns's Write passes the
+// decorator by, so a decorated writer gets WriteMsg. Regression: with shed in another block on
+// the same port, packedPath (routingpolicy's block only) chose Write and answers went past shed.
+// An undecorated writer still gets packed bytes.
+func TestPackedThroughDecoratedWriter(t *testing.T) {
+	rp, _ := newTest(t, wireZone())
+	for _, decorate := range []bool{false, true} {
+		var writes atomic.Int32
+		var packed atomic.Bool
+		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+			packed.Store(toClient(request.NewScrubWriter(r, w)))
+			rp.ServeDNS(context.Background(), request.NewScrubWriter(r, w), r)
+		})}
+		if decorate {
+			srv.DecorateWriter = func(w dns.Writer) dns.Writer { return countingWriter{w, &writes} }
+		}
+		started := make(chan struct{})
+		srv.NotifyStartedFunc = func() { close(started) }
+		go srv.ActivateAndServe() //nolint:errcheck // ends with Shutdown
+		<-started
+		m, err := dns.Exchange(wireQuery{}.msg("www.example.org.", dns.TypeA), pc.LocalAddr().String())
+		if err := srv.Shutdown(); err != nil {
+			t.Error(err)
+		}
+		if err != nil || len(m.Answer) != 2 {
+			t.Fatalf("decorated %v: %v %v", decorate, m, err)
+		}
+		if packed.Load() == decorate || decorate && writes.Load() != 1 {
+			t.Errorf("decorated %v: packed %v, the decorator saw %d answers", decorate, packed.Load(), writes.Load())
+		}
 	}
 }
