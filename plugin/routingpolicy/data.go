@@ -174,8 +174,9 @@ func (z *zone) finish(now time.Time) error {
 		z.names[z.origin] = apex
 	}
 	z.apex = apex
+	var soaRRs, nsRRs []dns.RR
 	if s := apex.find(dns.TypeSOA); s != nil {
-		z.soa = s.rrs
+		soaRRs = s.rrs
 	} else {
 		// Synthesized SOA: the serial is the load time, so every reload of changed data is a new
 		// version for secondaries and caches. Serials are sequence-space arithmetic (RFC 1982):
@@ -187,26 +188,35 @@ func (z *zone) finish(now time.Time) error {
 			Serial:  uint32(now.Unix()), //nolint:gosec // RFC 1982 serials wrap by design
 			Refresh: 7200, Retry: 1800, Expire: 1209600, Minttl: 30,
 		}
-		z.soa = []dns.RR{soa}
-		apex.add(rrset{qtype: dns.TypeSOA, rrs: z.soa})
+		soaRRs = []dns.RR{soa}
+		apex.add(rrset{qtype: dns.TypeSOA, rrs: soaRRs})
 	}
 	if s := apex.find(dns.TypeNS); s != nil {
-		z.ns = s.rrs
+		nsRRs = s.rrs
 	} else {
 		ns := &dns.NS{
 			Hdr: dns.RR_Header{Name: z.origin, Rrtype: dns.TypeNS, Class: dns.ClassINET, Ttl: 3600},
-			Ns:  z.soa[0].(*dns.SOA).Ns,
+			Ns:  soaRRs[0].(*dns.SOA).Ns,
 		}
-		z.ns = []dns.RR{ns}
-		apex.add(rrset{qtype: dns.TypeNS, rrs: z.ns})
+		nsRRs = []dns.RR{ns}
+		apex.add(rrset{qtype: dns.TypeNS, rrs: nsRRs})
 	}
-	soa := z.soa[0].(*dns.SOA)
+	soa := soaRRs[0].(*dns.SOA)
 	z.negTTL = min(soa.Hdr.Ttl, soa.Minttl)
 	// A negative answer carries the SOA with the negative TTL (RFC 2308 3).
 	neg := dns.Copy(soa)
 	neg.Header().Ttl = z.negTTL
-	z.soa = slices.Clip([]dns.RR{neg})
-	z.ns = slices.Clip(z.ns)
+	// The records answers carry, packed once (wire.go); packable checked every one of them.
+	var packErr error
+	pk := func(rrs []dns.RR) packed {
+		p, err := pack(rrs)
+		if packErr == nil {
+			packErr = err
+		}
+		return p
+	}
+	z.soa = pk([]dns.RR{neg})
+	z.ns = pk(nsRRs)
 
 	z.link()
 	if err := z.checkPolicies(); err != nil {
@@ -215,16 +225,21 @@ func (z *zone) finish(now time.Time) error {
 	if err := z.checkLoops(); err != nil {
 		return err
 	}
-	z.nsGlue = z.glue(z.ns, z.origin)
+	z.nsGlue = pk(z.glue(z.ns.rrs, z.origin))
 	for _, n := range z.names {
 		if n.cut != nil {
-			n.cut.glue = z.glue(n.cut.ns, n.name)
+			ns := n.plain(dns.TypeNS)
+			n.cut.ns, n.cut.glue = pk(ns), pk(z.glue(ns, n.name))
+		}
+		if n.dname != nil {
+			n.dnameP = pk([]dns.RR{n.dname})
 		}
 		for i := range n.sets {
 			s := &n.sets[i]
 			s.rrs = slices.Clip(s.rrs)
 			if s.pol == nil {
-				s.extra = z.additional(s.rrs)
+				s.ans = pk(s.rrs)
+				s.extra = pk(z.additional(s.rrs))
 				if s.qtype == dns.TypeCNAME {
 					s.target = canonicalName(s.rrs[0].(*dns.CNAME).Target)
 				}
@@ -236,21 +251,22 @@ func (z *zone) finish(now time.Time) error {
 					rrs := make([]dns.RR, len(it.addrs))
 					for k := range it.addrs {
 						rrs[k] = it.addrs[k].rr
+						it.addrs[k].ans = pk(rrs[k : k+1 : k+1])
 					}
-					it.extra = z.additional(rrs)
+					it.extra = pk(z.additional(rrs))
 				}
 			}
 		}
 	}
-	return nil
+	return packErr
 }
 
 // link sets the zone cuts, DNAMEs, wildcards and guards of the nodes.
 func (z *zone) link() {
 	for name, n := range z.names {
 		if name != z.origin {
-			if ns := n.plain(dns.TypeNS); ns != nil {
-				n.cut = &referral{ns: slices.Clip(ns)}
+			if n.plain(dns.TypeNS) != nil {
+				n.cut = &referral{} // its records are packed by finish
 			}
 		}
 		if d := n.plain(dns.TypeDNAME); d != nil {

@@ -39,11 +39,11 @@ func (rp *RoutingPolicy) Explain(q statusview.Question) *statusview.Explanation 
 	}
 
 	src := source{loc: loc, w: w, r: r, public: rp.cfg.Public, id: region.None}
-	m := new(dns.Msg)
-	m.SetReply(r)
 	var us [maxUsed]used
 	rnd := rand.Uint64 // the handler's may be a test's seeded source, not safe for concurrent use
-	res := z.lookup(m, qname, q.Type, &src, rnd, &us)
+	var res reply
+	z.lookup(&res, qname, q.Type, &src, rnd, &us)
+	m := res.msg(r)
 	ans.Rcode = dns.RcodeToString[res.rcode]
 	if res.rcode == dns.RcodeNameError && len(m.Answer) == 0 && rp.cfg.Fall.Through(qname) {
 		ans.PassedOn = true
@@ -57,7 +57,7 @@ func (rp *RoutingPolicy) Explain(q statusview.Question) *statusview.Explanation 
 	}
 	// R-ZONE-2: a referral (one not after an in-zone CNAME) is not authoritative, as ServeDNS
 	// answers it.
-	ans.Authoritative = !res.referral || len(m.Answer) > 0
+	ans.Authoritative = res.authoritative()
 	if res.referral {
 		ans.Referral = true
 		cut := ""
@@ -283,8 +283,10 @@ func outcomeOf(prob float64, it *item, all bool, rnd func() uint64, o outcome, w
 	if o.backup {
 		out.Side = "backup"
 	}
-	for _, rr := range it.appendRRs(nil, all, rnd) {
-		out.Addresses = append(out.Addresses, rdata(rr))
+	for _, pt := range it.appendRRs(nil, all, rnd) {
+		for _, rr := range pt.p.rrs {
+			out.Addresses = append(out.Addresses, rdata(rr))
+		}
 	}
 	slices.Sort(out.Addresses)
 	return out

@@ -1,17 +1,15 @@
 package routingpolicy
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
-	"github.com/coredns/coredns/plugin/pkg/dnstest"
-	"github.com/coredns/coredns/plugin/test"
 	"github.com/coresteer/coresteer/plugin/pkg/region"
 
 	"github.com/miekg/dns"
@@ -120,11 +118,13 @@ func FuzzZoneFile(f *testing.F) {
 }
 
 // askAll asks d, through ServeDNS, every type of qtypes at every name and one label below it,
-// and checks every answer.
+// plainly and with EDNS0 and the name in upper case, and checks every answer: written as packed
+// bytes, it is the message WriteMsg sends (bothWays), and it has the properties of checkAnswer.
 func askAll(t *testing.T, d *data, loc *region.Locator, names []string, qtypes ...uint16) {
 	t.Helper()
 	rp := New(&Config{Zones: []string{"."}, Locator: loc}, d)
 	rp.rnd = rand.New(rand.NewPCG(1, 2)).Uint64
+	client := &net.UDPAddr{IP: net.ParseIP("10.1.1.1"), Port: 40212}
 	for _, name := range names {
 		below := "x." + name
 		if name == "." {
@@ -135,14 +135,37 @@ func askAll(t *testing.T, d *data, loc *region.Locator, names []string, qtypes .
 				continue
 			}
 			for _, qt := range qtypes {
-				m := new(dns.Msg)
-				m.SetQuestion(q, qt)
-				rec := dnstest.NewRecorder(&test.ResponseWriter{})
-				rp.ServeDNS(context.Background(), rec, m)
-				checkAnswer(t, d, m, rec.Msg)
+				for _, edns := range []bool{false, true} {
+					m := new(dns.Msg)
+					m.SetQuestion(q, qt)
+					if edns {
+						m.Question[0].Name = upperASCII(q)
+						m.SetEdns0(1232, true)
+					}
+					wire, _ := bothWays(t, rp, m, client)
+					if wire == nil {
+						continue // not ours (no zone matches): passed on
+					}
+					a := new(dns.Msg)
+					if err := a.Unpack(wire); err != nil {
+						t.Fatalf("%s %s: the answer does not unpack: %v", q, dns.TypeToString[qt], err)
+					}
+					checkAnswer(t, d, m, a)
+				}
 			}
 		}
 	}
+}
+
+// upperASCII returns name with its ASCII letters in upper case, its other octets as they are.
+func upperASCII(name string) string {
+	b := []byte(name)
+	for i, c := range b {
+		if 'a' <= c && c <= 'z' {
+			b[i] = c - 'a' + 'A'
+		}
+	}
+	return string(b)
 }
 
 // checkAnswer checks what every answer of a zone that loaded must be (R-ZONE-3: nothing that
@@ -195,7 +218,8 @@ func checkAnswer(t *testing.T, d *data, q, m *dns.Msg) {
 }
 
 // FuzzServeDNS: any message to a zone with every policy kind gets an answer or an error, never a
-// panic.
+// panic, and the answer written as packed bytes is the message WriteMsg sends (bothWays), what
+// the query's flags, EDNS0 options and client subnet are.
 func FuzzServeDNS(f *testing.F) {
 	rp, _ := newTest(f, `routingpolicy example.org {
 		public
@@ -212,23 +236,32 @@ func FuzzServeDNS(f *testing.F) {
 		geo geo A 60 "us-east1=10.0.1.1;europe-west2=10.0.2.1" fence
 		failover fo A 60 "10.0.0.1" "us-east1=10.0.1.1" trickle 0.5
 	}`)
-	for _, q := range []struct {
+	for i, q := range []struct {
 		name  string
 		qtype uint16
-	}{{"www.example.org.", dns.TypeA}, {"alias.example.org.", dns.TypeA}, {"x.sub.example.org.", dns.TypeA}, {"a.b.wild.example.org.", dns.TypeA}, {"x.cwild.example.org.", dns.TypeA}, {"x.dn.example.org.", dns.TypeA}, {"x.app.example.org.", dns.TypeA}, {"geo.example.org.", dns.TypeANY}, {"x.fo.example.org.", dns.TypeAAAA}} {
+	}{{"www.example.org.", dns.TypeA}, {"alias.example.org.", dns.TypeA}, {"x.sub.example.org.", dns.TypeA}, {"a.b.wild.example.org.", dns.TypeA}, {"x.cwild.example.org.", dns.TypeA}, {"x.dn.example.org.", dns.TypeA}, {"x.app.example.org.", dns.TypeA}, {"geo.example.org.", dns.TypeANY}, {"x.fo.example.org.", dns.TypeAAAA},
+		{"GeO.example.org.", dns.TypeA}, {"fo.example.org.", dns.TypeA}, {"nx.example.org.", dns.TypeA}} {
 		m := new(dns.Msg)
 		m.SetQuestion(q.name, q.qtype)
 		m.SetEdns0(1232, true)
+		if i >= 9 {
+			// A client subnet (L-1), and one with a cookie.
+			o := m.IsEdns0()
+			o.Option = append(o.Option, &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: 1, SourceNetmask: 20, Address: net.ParseIP("10.2.63.9").To4()})
+			if i == 11 {
+				o.Option = append(o.Option, &dns.EDNS0_COOKIE{Code: dns.EDNS0COOKIE, Cookie: "0123456789abcdef"})
+			}
+		}
 		b, _ := m.Pack()
 		f.Add(b)
 	}
-	f.Fuzz(func(_ *testing.T, b []byte) {
+	client := &net.UDPAddr{IP: net.ParseIP("10.2.3.4"), Port: 40212}
+	f.Fuzz(func(t *testing.T, b []byte) {
 		m := new(dns.Msg)
 		if m.Unpack(b) != nil || len(m.Question) != 1 {
 			return
 		}
-		rec := dnstest.NewRecorder(&test.ResponseWriter{RemoteIP: "10.2.3.4"})
-		rp.ServeDNS(context.Background(), rec, m)
+		bothWays(t, rp, m, client)
 	})
 }
 

@@ -1,8 +1,11 @@
 package routingpolicy
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/netip"
 	"sort"
 	"strings"
@@ -11,7 +14,6 @@ import (
 	"time"
 
 	"github.com/coredns/caddy"
-	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/coredns/coredns/request"
 	"github.com/coresteer/coresteer/plugin/pkg/health"
@@ -43,6 +45,9 @@ func newTest(tb testing.TB, block string) (*RoutingPolicy, *health.Board) {
 	if err := rp.OnStartup(nil); err != nil {
 		tb.Fatal(err)
 	}
+	// As in a server block with no plugin before routingpolicy (packedPath); askMsg reads the
+	// bytes back, bothWays compares them with the WriteMsg path.
+	rp.packed = true
 	tb.Cleanup(func() { rp.OnShutdown() })
 	return rp, b
 }
@@ -99,14 +104,99 @@ func ask(tb testing.TB, rp *RoutingPolicy, name string, qtype uint16, client str
 
 func askMsg(tb testing.TB, rp *RoutingPolicy, m *dns.Msg, client string) *dns.Msg {
 	tb.Helper()
-	rec := dnstest.NewRecorder(&test.ResponseWriter{RemoteIP: client})
-	if _, err := rp.ServeDNS(context.Background(), rec, m); err != nil {
+	w := newServerWriter(client)
+	// Through the ScrubWriter a server wraps every query's writer in: it truncates what does not
+	// fit the client's buffer.
+	if _, err := rp.ServeDNS(context.Background(), request.NewScrubWriter(m, w), m); err != nil {
 		tb.Fatalf("ServeDNS: %v", err)
 	}
-	if rec.Msg == nil {
+	return w.answer(tb)
+}
+
+// serverWriter stands for miekg/dns's writer of a query in a real server: WriteMsg packs the
+// message (dns.Msg.Pack, as miekg/dns's response.WriteMsg does) and Write takes packed bytes.
+type serverWriter struct {
+	test.ResponseWriter
+	addr net.Addr
+	msg  *dns.Msg // the last message given to WriteMsg
+	last []byte   // the wire form of the last answer, however it was written
+	// packed is set when the last answer was written with Write.
+	packed bool
+}
+
+// newServerWriter returns a serverWriter for a UDP query from client (an IP address).
+func newServerWriter(client string) *serverWriter {
+	return &serverWriter{addr: &net.UDPAddr{IP: net.ParseIP(client), Port: 40212}}
+}
+
+func (w *serverWriter) RemoteAddr() net.Addr { return w.addr }
+
+func (w *serverWriter) WriteMsg(m *dns.Msg) error {
+	w.msg, w.last, w.packed = m, nil, false
+	b, err := m.Pack()
+	if err != nil {
+		return err
+	}
+	w.last = b
+	return nil
+}
+
+func (w *serverWriter) Write(b []byte) (int, error) {
+	// A copy, as a writer must make: b is reused for the next answer.
+	w.msg, w.last, w.packed = nil, append(w.last[:0], b...), true
+	return len(b), nil
+}
+
+// answer returns the last answer: the message given to WriteMsg, or the bytes given to Write,
+// unpacked.
+func (w *serverWriter) answer(tb testing.TB) *dns.Msg {
+	tb.Helper()
+	if w.msg != nil {
+		return w.msg
+	}
+	if w.last == nil {
 		tb.Fatalf("no answer written")
 	}
-	return rec.Msg
+	m := new(dns.Msg)
+	if err := m.Unpack(w.last); err != nil {
+		tb.Fatalf("the packed answer does not unpack: %v\n%x", err, w.last)
+	}
+	return m
+}
+
+// bothWays asks rp the query m from addr twice, through the ScrubWriter CoreDNS wraps every
+// query's writer in: once writing packed bytes (writePacked), once a dns.Msg (WriteMsg). Both
+// draw the same random numbers. It fails unless the bytes sent are the same, and returns them
+// and whether the first way wrote them as packed bytes (it falls back to WriteMsg where CoreDNS
+// would truncate or compress).
+func bothWays(tb testing.TB, rp *RoutingPolicy, m *dns.Msg, addr net.Addr) (wire []byte, packed bool) {
+	tb.Helper()
+	rnd, was := rp.rnd, rp.packed
+	defer func() { rp.rnd, rp.packed = rnd, was }()
+	seed := rnd()
+	run := func(p bool) *serverWriter {
+		rp.packed = p
+		rp.rnd = rand.New(rand.NewPCG(seed, 1)).Uint64
+		w := &serverWriter{addr: addr}
+		q := m.Copy() // SizeAndDo changes the query's OPT record
+		rp.ServeDNS(context.Background(), request.NewScrubWriter(q, w), q)
+		return w
+	}
+	fast, slow := run(true), run(false)
+	if slow.packed {
+		tb.Fatalf("%v: written with Write while packed answers are off", m.Question)
+	}
+	if !bytes.Equal(fast.last, slow.last) {
+		show := func(b []byte) string {
+			a := new(dns.Msg)
+			if err := a.Unpack(b); err != nil {
+				return fmt.Sprintf("(%v) %x", err, b)
+			}
+			return fmt.Sprintf("%v\n%x", a, b)
+		}
+		tb.Fatalf("query\n%v\nfrom %v: packed answer (written with Write: %v)\n%s\nWriteMsg answer\n%s", m, addr, fast.packed, show(fast.last), show(slow.last))
+	}
+	return fast.last, fast.packed
 }
 
 // addrs returns the sorted A/AAAA/other rdata of the answer section.

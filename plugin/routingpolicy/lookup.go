@@ -33,14 +33,6 @@ func (s *source) region() region.ID {
 	return s.id
 }
 
-// result is the outcome of a lookup: the rcode, how many policies answered, and whether the
-// answer is a referral (not authoritative unless a CNAME before it is).
-type result struct {
-	rcode    int
-	n        int
-	referral bool
-}
-
 // maxChain and maxRestarts are how far file follows a CNAME chain (plugin/file lookup.go), kept
 // so a zone moved from file answers the same (R-ZONE-1). file follows at most 10 CNAMEs through
 // names its tree holds, then answers NOERROR with the apex NS set (a referral when the next name
@@ -55,17 +47,17 @@ const (
 // maxUsed is how many policies of one chain are accounted for (metrics, metadata, logs).
 const maxUsed = maxChain
 
-// lookup fills m with the answer for qname/qtype, as CoreDNS's file plugin does (R-ZONE-1): the
-// records, in-zone CNAMEs and DNAMEs chased as far as file does (maxChain, maxRestarts), NS in
-// authority for positive answers and the SOA for negative ones, referrals with glue at zone
+// lookup fills rep with the answer for qname/qtype, as CoreDNS's file plugin does (R-ZONE-1):
+// the records, in-zone CNAMEs and DNAMEs chased as far as file does (maxChain, maxRestarts), NS
+// in authority for positive answers and the SOA for negative ones, referrals with glue at zone
 // cuts, wildcards synthesized (R-ZONE-2), and the addresses of in-zone MX/SRV targets in
-// additional.
-func (z *zone) lookup(m *dns.Msg, qname string, qtype uint16, src *source, rnd func() uint64, us *[maxUsed]used) result {
-	res := result{rcode: dns.RcodeSuccess}
+// additional. The policies that answered are in us[:rep.n].
+func (z *zone) lookup(rep *reply, qname string, qtype uint16, src *source, rnd func() uint64, us *[maxUsed]used) {
+	rep.rcode = dns.RcodeSuccess
 	if qname == z.origin && qtype == dns.TypeNS {
 		// As file: the apex NS set with the in-zone addresses of its servers, no authority.
-		m.Answer, m.Extra = z.ns, z.nsGlue
-		return res
+		rep.an, rep.extra = append(rep.an, part{p: &z.ns}), &z.nsGlue
+		return
 	}
 	name := qname
 	chain, restarts := 0, 0 // CNAMEs since file's last fresh lookup; fresh lookups
@@ -75,34 +67,34 @@ func (z *zone) lookup(m *dns.Msg, qname string, qtype uint16, src *source, rnd f
 			if how != exact || !z.held(n) || qtype == dns.TypeNS || qtype == dns.TypeSOA && name == z.origin {
 				// file looks this name up afresh.
 				if restarts++; restarts > maxRestarts {
-					res.rcode = dns.RcodeServerFailure
-					m.Ns = z.ns
-					return res
+					rep.rcode = dns.RcodeServerFailure
+					rep.ns = &z.ns
+					return
 				}
 				chain = 0
 			} else if chain == maxChain {
-				m.Ns = z.ns // the resolver goes on from here
-				return res
+				rep.ns = &z.ns // the resolver goes on from here
+				return
 			}
 		}
 		switch how {
 		case nxdomain:
 			// RFC 6604: the rcode is that of the last name of a CNAME chain.
-			res.rcode = dns.RcodeNameError
-			m.Ns = z.soa
-			return res
+			rep.rcode = dns.RcodeNameError
+			rep.ns = &z.soa
+			return
 		case delegation:
 			// R-ZONE-2, RFC 1034 4.3.2 3b: a referral.
-			m.Ns, m.Extra = n.cut.ns, n.cut.glue
-			res.referral = true
-			return res
+			rep.ns, rep.extra = &n.cut.ns, &n.cut.glue
+			rep.referral = true
+			return
 		case substitute:
 			target, ok := substitute6672(name, n.name, n.dtarget)
-			m.Answer = append(m.Answer, n.dname)
+			rep.an = append(rep.an, part{p: &n.dnameP})
 			if !ok {
 				// RFC 6672 2.2: the substituted name is too long.
-				res.rcode = dns.RcodeYXDomain
-				return res
+				rep.rcode = dns.RcodeYXDomain
+				return
 			}
 			// The synthesized target keeps the DNAME target's case, as file's does; the chase
 			// goes on with the canonical name.
@@ -110,71 +102,65 @@ func (z *zone) lookup(m *dns.Msg, qname string, qtype uint16, src *source, rnd f
 			if n.dname.Target != n.dtarget {
 				written, _ = substitute6672(name, n.name, n.dname.Target)
 			}
-			m.Answer = append(m.Answer, &dns.CNAME{
+			rep.an = append(rep.an, part{rr: &dns.CNAME{
 				Hdr:    dns.RR_Header{Name: name, Rrtype: dns.TypeCNAME, Class: dns.ClassINET, Ttl: n.dname.Hdr.Ttl},
 				Target: written,
-			})
+			}})
 			if qtype == dns.TypeCNAME || !inZone(target, z.origin) {
-				m.Ns = z.ns
-				return res
+				rep.ns = &z.ns
+				return
 			}
 			name = target
 			chain++
 			continue
 		}
 		if len(n.sets) == 0 {
-			m.Ns = z.soa // NODATA at an empty non-terminal (or a wildcard that is one)
-			return res
+			rep.ns = &z.soa // NODATA at an empty non-terminal (or a wildcard that is one)
+			return
 		}
 		if qtype == dns.TypeANY {
 			// RFC 8482: answer ANY with one synthesized HINFO instead of every record set.
-			m.Answer = append(m.Answer, &dns.HINFO{
+			rep.an = append(rep.an, part{rr: &dns.HINFO{
 				Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeHINFO, Class: dns.ClassINET, Ttl: z.negTTL},
 				Cpu: "RFC8482",
-			})
-			return res
+			}})
+			return
 		}
 		s := n.find(qtype)
 		if s == nil && qtype != dns.TypeCNAME {
 			s = n.find(dns.TypeCNAME)
 		}
 		if s == nil {
-			m.Ns = z.soa // NODATA
-			return res
+			rep.ns = &z.soa // NODATA
+			return
 		}
-		start := len(m.Answer)
-		extra, target := s.extra, s.target
+		start := len(rep.an)
+		extra, target := &s.extra, s.target
 		if s.pol != nil {
-			if m.Answer == nil {
-				m.Answer = make([]dns.RR, 0, s.pol.maxRRs()+1)
-			}
 			var o outcome
-			m.Answer, o = s.pol.answer(m.Answer, src, rnd)
-			if res.n < len(us) {
-				us[res.n] = used{p: s.pol, o: o}
-				res.n++
+			rep.an, o = s.pol.answer(rep.an, src, rnd)
+			if rep.n < len(us) {
+				us[rep.n] = used{p: s.pol, o: o}
+				rep.n++
 			}
-			extra, target = o.it.extra, o.it.target
+			extra, target = &o.it.extra, o.it.target
 		} else {
-			if m.Answer == nil {
-				m.Answer = make([]dns.RR, 0, len(s.rrs))
-			}
-			m.Answer = append(m.Answer, s.rrs...)
+			rep.an = append(rep.an, part{p: &s.ans})
 		}
 		if how == wildcard {
 			// RFC 4592 3.3.1: the synthesized records are owned by the query name.
-			for i := start; i < len(m.Answer); i++ {
-				m.Answer[i] = renamed(m.Answer[i], name)
+			for i := start; i < len(rep.an); i++ {
+				rep.an[i].owner = name
 			}
 		}
 		if s.qtype != dns.TypeCNAME || qtype == dns.TypeCNAME {
-			m.Ns, m.Extra = z.ns, extra
-			return res
+			rep.ns, rep.extra = &z.ns, extra
+			return
 		}
 		// Chase an in-zone CNAME; an out-of-zone target is left to the resolver.
 		if target == "" || !inZone(target, z.origin) {
-			m.Ns = z.ns
-			return res
+			rep.ns = &z.ns
+			return
 		}
 		name = target
 		chain++
@@ -205,36 +191,4 @@ func substitute6672(name, owner, target string) (string, bool) {
 		return "", false
 	}
 	return out, true
-}
-
-// renamed returns a copy of rr owned by name.
-func renamed(rr dns.RR, name string) dns.RR {
-	switch v := rr.(type) {
-	case *dns.A:
-		c := *v
-		c.Hdr.Name = name
-		return &c
-	case *dns.AAAA:
-		c := *v
-		c.Hdr.Name = name
-		return &c
-	case *dns.CNAME:
-		c := *v
-		c.Hdr.Name = name
-		return &c
-	}
-	c := dns.Copy(rr)
-	c.Header().Name = name
-	return c
-}
-
-// maxRRs is the largest number of records one answer of p can carry.
-func (p *policy) maxRRs() int {
-	n := 0
-	for q := p; q != nil; q = q.backup {
-		for i := range q.items {
-			n = max(n, len(q.items[i].addrs))
-		}
-	}
-	return n
 }

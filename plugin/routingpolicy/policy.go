@@ -41,7 +41,8 @@ const maxItems = 128
 
 // addr is one rdata of an item with the health target that decides whether it is served.
 type addr struct {
-	rr dns.RR
+	rr  dns.RR
+	ans packed // rr, packed
 	// key is the board key of an A/AAAA address; explicit is set when the record set names a
 	// check for it (the address is health-checked whatever the board says).
 	key      health.Key
@@ -77,8 +78,8 @@ type item struct {
 	weight float64
 	loc    region.ID
 	addrs  []addr
-	extra  []dns.RR // the in-zone addresses of MX/SRV targets, for the additional section
-	target string   // a CNAME item's target, canonical, for the chase
+	extra  packed // the in-zone addresses of MX/SRV targets, for the additional section
+	target string // a CNAME item's target, canonical, for the chase
 
 	mdItem func() string                  // precomputed metadata value, so the query path does not allocate
 	served *atomic.Pointer[cachedCounter] // a pointer, so items can be built by value
@@ -96,18 +97,18 @@ func (it *item) healthy() bool {
 
 // appendRRs appends the servable records of it (all of them when all is set) to dst in random
 // order (R-WRR-2).
-func (it *item) appendRRs(dst []dns.RR, all bool, rnd func() uint64) []dns.RR {
+func (it *item) appendRRs(dst []part, all bool, rnd func() uint64) []part {
 	start := len(dst)
 	for i := range it.addrs {
 		if all || it.addrs[i].ok() {
-			dst = append(dst, it.addrs[i].rr)
+			dst = append(dst, part{p: &it.addrs[i].ans})
 		}
 	}
 	shuffle(dst[start:], rnd)
 	return dst
 }
 
-func shuffle(s []dns.RR, rnd func() uint64) {
+func shuffle(s []part, rnd func() uint64) {
 	for i := len(s) - 1; i > 0; i-- {
 		j := below(rnd(), i+1)
 		s[i], s[j] = s[j], s[i]
@@ -159,7 +160,7 @@ type outcome struct {
 }
 
 // answer appends the records p serves for a query from src to dst.
-func (p *policy) answer(dst []dns.RR, s *source, rnd func() uint64) ([]dns.RR, outcome) {
+func (p *policy) answer(dst []part, s *source, rnd func() uint64) ([]part, outcome) {
 	switch p.kind {
 	case WRR:
 		it, all := p.pickWRR(rnd)

@@ -9,9 +9,9 @@ import (
 type zone struct {
 	origin string
 	apex   *node
-	soa    []dns.RR // the SOA with the negative TTL, alone, capacity clipped so appends by later plugins copy
-	ns     []dns.RR // the apex NS set, clipped the same way
-	nsGlue []dns.RR // the in-zone addresses of the apex name servers, for an apex NS answer
+	soa    packed // the SOA with the negative TTL, alone, capacity clipped so appends by later plugins copy
+	ns     packed // the apex NS set, clipped the same way
+	nsGlue packed // the in-zone addresses of the apex name servers, for an apex NS answer
 	// names holds every name that exists (RFC 4592 2.2.2): names with records, empty
 	// non-terminals (nodes without sets, which answer NODATA, not NXDOMAIN), and names below zone
 	// cuts, whose data is occluded but serves as glue.
@@ -27,9 +27,10 @@ type node struct {
 	// guard is the topmost strict ancestor that is a zone cut or owns a DNAME: a name under it
 	// is answered by a referral (RFC 1034 4.3.2 3b) or a DNAME substitution (RFC 6672 3.2), never
 	// from its own data.
-	guard *node
-	cut   *referral  // set when the node is a zone cut: NS records below the apex
-	dname *dns.DNAME // the DNAME owned here, its target as written (file answers it so)
+	guard  *node
+	cut    *referral  // set when the node is a zone cut: NS records below the apex
+	dname  *dns.DNAME // the DNAME owned here, its target as written (file answers it so)
+	dnameP packed     // dname, packed
 	// dtarget is the DNAME's target in canonical form, for substitutions that are looked up.
 	dtarget string
 	wild    *node // the node "*.<name>": the source of synthesis below this closest encloser
@@ -38,18 +39,19 @@ type node struct {
 // referral is what a zone cut answers: its NS set in authority and the addresses of the name
 // servers below it (glue) in additional (RFC 1034 4.3.2 3b).
 type referral struct {
-	ns   []dns.RR
-	glue []dns.RR
+	ns   packed
+	glue packed
 }
 
 // rrset is one type at a name: plain records or a policy.
 type rrset struct {
 	qtype uint16
 	rrs   []dns.RR // plain records
+	ans   packed   // rrs, packed: the answer
 	pol   *policy
 	// extra are the in-zone addresses of the targets of plain MX, SRV, SVCB and HTTPS records,
 	// for the additional section (as file does).
-	extra []dns.RR
+	extra packed
 	// target is the target of a plain CNAME set (one record), canonical, for the chase.
 	target string
 }
