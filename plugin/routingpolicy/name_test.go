@@ -3,6 +3,7 @@ package routingpolicy
 import (
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/coredns/coredns/request"
@@ -11,8 +12,10 @@ import (
 )
 
 // TestQueryName: R-ZONE-1: ServeDNS looks a query up under the name request.Request.Name gives
-// (lower case, presentation form), whatever the name: plain, mixed case, with escapes, with raw
-// octets a plugin put there, empty labels, none at all.
+// (lower case, presentation form), in the canonical form of its escapes when the server built it
+// (`\097bc` is `abc`, as file compares names), whatever the name: plain, mixed case, with escapes,
+// with raw octets a plugin put there, empty labels, none at all. The fast path for printable names
+// must give what the slow one does.
 func TestQueryName(t *testing.T) {
 	names := []string{"www.example.org.", "WwW.ExAmPlE.oRg.", ".", "", "a..b.", `x\.y.example.org.`, `a\255b.`, `\097bc.`,
 		"caf\xc3\xa9.example.org.", "my printer.", "a(b).", `a\`, "no-dot", "A@B.", "\x00.", "~.", "{|}."}
@@ -30,6 +33,9 @@ func TestQueryName(t *testing.T) {
 		m := new(dns.Msg)
 		m.Question = []dns.Question{{Name: name, Qtype: dns.TypeA, Qclass: dns.ClassINET}}
 		want := (&request.Request{Req: m}).Name()
+		if strings.IndexByte(want, '\\') >= 0 && !wireEscaped(want) {
+			want = canonicalName(want)
+		}
 		if got := queryName(&request.Request{Req: m}); got != want {
 			t.Errorf("queryName(%q) = %q, request.Request.Name %q", name, got, want)
 		}

@@ -573,7 +573,7 @@ func TestZoneEscapedQueryNoAlloc(t *testing.T) {
 		return serve - state - question
 	}
 	plain, escaped := allocs("abc.example.org."), allocs(`x\.y.example.org.`)
-	if escaped != plain {
+	if escaped > plain {
 		t.Fatalf(`x\.y.example.org. allocates %v times per query besides request.Name, abc.example.org. %v`, escaped, plain)
 	}
 	for _, tc := range []struct {
