@@ -64,7 +64,6 @@ type upstream struct {
 	mu        sync.Mutex
 	idle      []*conn
 	socks     [udpSockets]*udpSock // the UDP sockets that take queries
-	next      int                  // the one the next query takes
 	socksOpen map[*udpSock]bool    // every UDP socket still open, retired ones included
 	closing   []*udpSock           // closed by unlock
 	readers   sync.WaitGroup

@@ -20,8 +20,8 @@ import (
 // Source ports keep changing (RFC 5452): a socket is bound to SOURCE:0, so the kernel picks a
 // random ephemeral port, and it takes at most maxUses queries and is open at most maxAge; then a
 // new one takes its place, and the old one closes once its last query has its reply or gave up.
-// udpSockets sockets are in use at once per pair, so a resolver that spreads its load by source
-// port (SO_REUSEPORT) sees several.
+// Up to udpSockets sockets are in use at once per pair (pick), so under load a resolver that
+// spreads its load by source port (SO_REUSEPORT) sees several.
 const (
 	udpSockets = 4
 	maxAge     = 10 * time.Second // socketAge holds it; tests shorten it
@@ -90,18 +90,9 @@ func (u *upstream) register(wire []byte, draw func() uint16) (*waiter, error) {
 	if u.closed {
 		return nil, errClosed
 	}
-	i := u.next
-	u.next = (u.next + 1) % udpSockets
-	s := u.socks[i]
-	if s == nil || s.retired || s.sent >= maxUses || now.Sub(s.opened) >= time.Duration(socketAge.Load()) {
-		if s != nil {
-			u.retire(s)
-		}
-		var err error
-		if s, err = u.open(now); err != nil {
-			return nil, err
-		}
-		u.socks[i] = s
+	s, err := u.pick(now)
+	if err != nil {
+		return nil, err
 	}
 	id := draw()
 	for s.waiters[id] != nil {
@@ -112,6 +103,39 @@ func (u *upstream) register(wire []byte, draw func() uint16) (*waiter, error) {
 	w.s, w.id, w.opcode, w.q = s, id, wire[2]&0x78, append(w.q[:0], questionOf(wire)...)
 	s.waiters[id] = w
 	return w, nil
+}
+
+// pick returns the socket the next query takes: an idle one, else a new one while fewer than
+// udpSockets are open, else the one with the fewest queries in flight. So a light load keeps one
+// socket (and one reader) per pair, and a heavy one spreads over udpSockets source ports. A
+// socket past maxUses or its age is retired on the way. Caller holds u.mu.
+func (u *upstream) pick(now time.Time) (*udpSock, error) {
+	best, free := -1, -1
+	for i, s := range u.socks {
+		if s != nil && (s.retired || s.sent >= maxUses || now.Sub(s.opened) >= time.Duration(socketAge.Load())) {
+			u.retire(s)
+			s = nil
+		}
+		switch {
+		case s == nil:
+			if free < 0 {
+				free = i
+			}
+		case len(s.waiters) == 0:
+			return s, nil
+		case best < 0 || len(s.waiters) < len(u.socks[best].waiters):
+			best = i
+		}
+	}
+	if free < 0 {
+		return u.socks[best], nil
+	}
+	s, err := u.open(now)
+	if err != nil {
+		return nil, err
+	}
+	u.socks[free] = s
+	return s, nil
 }
 
 // open dials a new socket and starts its reader. Caller holds u.mu.

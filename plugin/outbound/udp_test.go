@@ -72,14 +72,16 @@ func TestO10IDsUniqueOnASocket(t *testing.T) {
 	wire := testAttempt(p, "id.example.").wire
 	ws := make([]*waiter, 0, 8)
 	for range 8 {
-		u.mu.Lock()
-		u.next = 0 // all on the first socket
-		u.mu.Unlock()
 		w, err := u.register(wire, draw)
 		if err != nil {
 			t.Fatal(err)
 		}
 		ws = append(ws, w)
+		u.mu.Lock()
+		for i := range u.socks {
+			u.socks[i] = w.s // every query on the first socket
+		}
+		u.mu.Unlock()
 	}
 	seen := map[uint16]bool{}
 	for _, w := range ws {
@@ -93,9 +95,6 @@ func TestO10IDsUniqueOnASocket(t *testing.T) {
 	}
 	// An ID is free again once its query left.
 	ws[3].leave()
-	u.mu.Lock()
-	u.next = 0
-	u.mu.Unlock()
 	w, err := u.register(wire, draw)
 	if err != nil {
 		t.Fatal(err)
@@ -472,8 +471,8 @@ func TestUnreachablePortFailsFast(t *testing.T) {
 	}
 }
 
-// RFC 5452, O-10 source ports: a pair sends on udpSockets sockets at once (several source ports),
-// each takes at most maxUses queries before a new socket with a new port takes its place.
+// RFC 5452, O-10 source ports: a socket takes at most maxUses queries before a new socket with a
+// new port takes its place. One query at a time keeps to one socket.
 func TestUDPSourcePortsChange(t *testing.T) {
 	var mu sync.Mutex
 	var ports []uint16
@@ -523,12 +522,11 @@ func TestUDPSourcePortsChange(t *testing.T) {
 	if len(per) < n/maxUses {
 		t.Errorf("RFC 5452: %d queries left from %d source ports, want at least %d", n, len(per), n/maxUses)
 	}
-	first := map[uint16]bool{}
-	for _, port := range ports[:4] {
-		first[port] = true
-	}
-	if len(first) < 2 {
-		t.Errorf("the first 4 queries left from one source port: a resolver that spreads its load by source port sees one")
+	for _, port := range ports[1:maxUses] {
+		if port != ports[0] {
+			t.Errorf("one query at a time: the first %d left from more than one socket", maxUses)
+			break
+		}
 	}
 }
 
@@ -569,5 +567,43 @@ func TestUDPSocketMaxAge(t *testing.T) {
 	}
 	if s2 := ask("second.example."); s2 == s {
 		t.Error("the query after the age went through the old socket")
+	}
+}
+
+// Queries in flight at once spread over several sockets (source ports), so a resolver that spreads
+// its load by source port (SO_REUSEPORT) sees several; never more than udpSockets.
+func TestUDPConcurrentQueriesSpread(t *testing.T) {
+	pc := listenRaw(t)
+	ports := make(chan int, 16)
+	go func() {
+		buf := make([]byte, 512)
+		for {
+			_, from, err := pc.ReadFromUDP(buf)
+			if err != nil {
+				return
+			}
+			ports <- from.Port // silence
+		}
+	}()
+	p := testPair(t, pc.LocalAddr().String())
+	const n = 8
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			a := testAttempt(p, fmt.Sprintf("c%d.example.", i))
+			defer a.close()
+			deadline := time.Now().Add(300 * time.Millisecond)
+			if a.send(deadline) == nil {
+				a.wait(deadline)
+			}
+		})
+	}
+	wg.Wait()
+	seen := map[int]bool{}
+	for range n {
+		seen[<-ports] = true
+	}
+	if len(seen) < 2 || len(seen) > udpSockets {
+		t.Errorf("%d queries in flight at once left from %d source ports, want 2..%d", n, len(seen), udpSockets)
 	}
 }
