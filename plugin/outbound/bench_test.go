@@ -68,6 +68,30 @@ func BenchmarkForwarding(b *testing.B) {
 				}
 			})
 		})
+		// As a server calls it: miekg/dns serves each UDP query on a goroutine of its own, whose
+		// small stack the handler may have to grow (the benchmarks above reuse the benchmark's
+		// goroutines, whose stacks have grown once).
+		b.Run(h.Name()+"/goroutine", func(b *testing.B) {
+			b.SetParallelism(8)
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				m := new(dns.Msg)
+				m.SetQuestion("bench.example.", dns.TypeA)
+				w := &test.ResponseWriter{}
+				done := make(chan error)
+				for pb.Next() {
+					go func() {
+						_, err := h.ServeDNS(context.Background(), w, m)
+						done <- err
+					}()
+					if err := <-done; err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
 	}
 }
 
