@@ -50,6 +50,23 @@ func listenRaw(t *testing.T) *net.UDPConn {
 	return c
 }
 
+// eachQuery calls f, in a goroutine of its own, for each query that reaches pc, until pc closes.
+func eachQuery(pc *net.UDPConn, f func(q *dns.Msg, from *net.UDPAddr)) {
+	go func() {
+		buf := make([]byte, 512)
+		for {
+			n, from, err := pc.ReadFromUDP(buf)
+			if err != nil {
+				return
+			}
+			q := new(dns.Msg)
+			if q.Unpack(buf[:n]) == nil {
+				f(q, from)
+			}
+		}
+	}()
+}
+
 // answerTo is the packed answer to the query q (A record addr), with ID id.
 func answerTo(q *dns.Msg, id uint16, addr net.IP) []byte {
 	m := new(dns.Msg)
@@ -148,28 +165,17 @@ func TestO10RepliesReachTheirOwnQuery(t *testing.T) {
 		}
 	}
 	in := make(chan held, n)
-	go func() { // reads at once, so a burst of queries does not overflow the socket
-		defer close(in)
-		buf := make([]byte, 512)
-		for {
-			k, from, err := pc.ReadFromUDP(buf)
-			if err != nil {
-				return
-			}
-			q := new(dns.Msg)
-			if q.Unpack(buf[:k]) == nil {
-				in <- held{q, from}
-			}
-		}
-	}()
+	// Read at once, so a burst of queries does not overflow the socket.
+	eachQuery(pc, func(q *dns.Msg, from *net.UDPAddr) { in <- held{q, from} })
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
 	go func() {
 		var qs []held
 		for {
 			select {
-			case h, ok := <-in:
-				if !ok {
-					return
-				}
+			case <-stop:
+				return
+			case h := <-in:
 				if qs = append(qs, h); len(qs) == hold {
 					answer(qs)
 					qs = nil
@@ -219,15 +225,7 @@ func TestUDPSocketsClosedUnderWaitingQueries(t *testing.T) {
 	snapshot := goleak.IgnoreCurrent()
 	pc := listenRaw(t)
 	got := make(chan struct{}, 16)
-	go func() {
-		buf := make([]byte, 512)
-		for {
-			if _, _, err := pc.ReadFromUDP(buf); err != nil {
-				return
-			}
-			got <- struct{}{} // silence
-		}
-	}()
+	eachQuery(pc, func(*dns.Msg, *net.UDPAddr) { got <- struct{}{} }) // silence
 	e := &Endpoint{Name: "prune"}
 	p := e.acquire(netip.MustParseAddrPort(pc.LocalAddr().String()))
 	const n = 10
@@ -271,24 +269,13 @@ func TestUDPSocketsClosedUnderWaitingQueries(t *testing.T) {
 // first never ends the wait, the second is the answer.
 func TestO10WrongQuestionThenTheAnswer(t *testing.T) {
 	pc := listenRaw(t)
-	go func() {
-		buf := make([]byte, 512)
-		for {
-			n, from, err := pc.ReadFromUDP(buf)
-			if err != nil {
-				return
-			}
-			q := new(dns.Msg)
-			if q.Unpack(buf[:n]) != nil {
-				continue
-			}
-			other := q.Copy()
-			other.Question[0].Name = "other.example."
-			pc.WriteToUDP(answerTo(other, q.Id, net.IPv4(192, 0, 2, 66)), from)
-			time.Sleep(100 * time.Millisecond) // the resolver's answer comes later: the case under test
-			pc.WriteToUDP(answerTo(q, q.Id, net.IPv4(192, 0, 2, 1)), from)
-		}
-	}()
+	eachQuery(pc, func(q *dns.Msg, from *net.UDPAddr) {
+		other := q.Copy()
+		other.Question[0].Name = "other.example."
+		pc.WriteToUDP(answerTo(other, q.Id, net.IPv4(192, 0, 2, 66)), from)
+		time.Sleep(100 * time.Millisecond) // the resolver's answer comes later: the case under test
+		pc.WriteToUDP(answerTo(q, q.Id, net.IPv4(192, 0, 2, 1)), from)
+	})
 	o := newHandler(t, "outbound example. {\nto "+pc.LocalAddr().String()+"\nprivate 127.0.0.0/8\ntimeout 2s\n}")
 	m := new(dns.Msg)
 	m.SetQuestion("right.example.", dns.TypeA)
@@ -424,20 +411,10 @@ func TestOversizedDatagramAskedAgainOverTCP(t *testing.T) {
 	})}
 	go srv.ActivateAndServe()
 	t.Cleanup(func() { srv.Shutdown() })
-	go func() {
-		buf := make([]byte, 512)
-		for {
-			n, from, err := pc.ReadFromUDP(buf)
-			if err != nil {
-				return
-			}
-			q := new(dns.Msg)
-			if q.Unpack(buf[:n]) == nil {
-				b, _ := huge(q).Pack() // no TC: sent whole, longer than udpReadBuf
-				pc.WriteToUDP(b, from)
-			}
-		}
-	}()
+	eachQuery(pc, func(q *dns.Msg, from *net.UDPAddr) {
+		b, _ := huge(q).Pack() // no TC: sent whole, longer than udpReadBuf
+		pc.WriteToUDP(b, from)
+	})
 	o := newHandler(t, "outbound example. {\nto "+pc.LocalAddr().String()+"\nprivate 127.0.0.0/8\ntimeout 2s\n}")
 	m := new(dns.Msg)
 	m.SetQuestion("huge.example.", dns.TypeA)
@@ -477,23 +454,12 @@ func TestUDPSourcePortsChange(t *testing.T) {
 	var mu sync.Mutex
 	var ports []uint16
 	pc := listenRaw(t)
-	go func() {
-		buf := make([]byte, 512)
-		for {
-			n, from, err := pc.ReadFromUDP(buf)
-			if err != nil {
-				return
-			}
-			q := new(dns.Msg)
-			if q.Unpack(buf[:n]) != nil {
-				continue
-			}
-			mu.Lock()
-			ports = append(ports, uint16(from.Port))
-			mu.Unlock()
-			pc.WriteToUDP(answerTo(q, q.Id, net.IPv4(192, 0, 2, 1)), from)
-		}
-	}()
+	eachQuery(pc, func(q *dns.Msg, from *net.UDPAddr) {
+		mu.Lock()
+		ports = append(ports, uint16(from.Port))
+		mu.Unlock()
+		pc.WriteToUDP(answerTo(q, q.Id, net.IPv4(192, 0, 2, 1)), from)
+	})
 	p := testPair(t, pc.LocalAddr().String())
 	const n = 3 * udpSockets * maxUses
 	for i := range n {
@@ -575,16 +541,7 @@ func TestUDPSocketMaxAge(t *testing.T) {
 func TestUDPConcurrentQueriesSpread(t *testing.T) {
 	pc := listenRaw(t)
 	ports := make(chan int, 16)
-	go func() {
-		buf := make([]byte, 512)
-		for {
-			_, from, err := pc.ReadFromUDP(buf)
-			if err != nil {
-				return
-			}
-			ports <- from.Port // silence
-		}
-	}()
+	eachQuery(pc, func(_ *dns.Msg, from *net.UDPAddr) { ports <- from.Port }) // silence
 	p := testPair(t, pc.LocalAddr().String())
 	const n = 8
 	var wg sync.WaitGroup
