@@ -496,8 +496,8 @@ func TestUDPSourcePortsChange(t *testing.T) {
 	}
 }
 
-// A socket is open at most maxAge: an idle one closes by itself (its reader with it), and the next
-// query leaves from a new one.
+// A socket takes queries for at most maxAge: an idle one closes by itself (its reader with it),
+// the next query leaves from a new one, and a query still waiting at that age gets its answer.
 func TestUDPSocketMaxAge(t *testing.T) {
 	defer socketAge.Store(socketAge.Load())
 	socketAge.Store(int64(200 * time.Millisecond))
@@ -533,6 +533,18 @@ func TestUDPSocketMaxAge(t *testing.T) {
 	}
 	if s2 := ask("second.example."); s2 == s {
 		t.Error("the query after the age went through the old socket")
+	}
+	// A query still waiting when its socket's age is up keeps its socket until its answer.
+	r.setDelay(3 * time.Duration(socketAge.Load()))
+	start := time.Now()
+	s3 := ask("slow.example.")
+	if time.Since(start) < time.Duration(socketAge.Load()) {
+		t.Fatal("the answer came before the socket's age")
+	}
+	p.up.mu.Lock()
+	defer p.up.mu.Unlock()
+	if !s3.retired {
+		t.Error("a socket past its age still takes queries")
 	}
 }
 
