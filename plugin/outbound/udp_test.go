@@ -218,9 +218,9 @@ func TestO10RepliesReachTheirOwnQuery(t *testing.T) {
 	}
 }
 
-// A pair closed while queries wait on its sockets (an FQDN target pruned, a block stopped): every
-// wait ends at once with errClosed (which is not a path failure), and the sockets' readers are
-// gone.
+// H-6 with shared sockets: a pair closed while queries wait on its sockets (an FQDN target
+// pruned, the last holder gone): every wait ends at once with errClosed (which is not a path
+// failure), and the sockets and their readers are gone.
 func TestUDPSocketsClosedUnderWaitingQueries(t *testing.T) {
 	snapshot := goleak.IgnoreCurrent()
 	pc := listenRaw(t)
@@ -386,9 +386,9 @@ func TestRecvmmsgBatchMixed(t *testing.T) {
 	}
 }
 
-// A UDP reply longer than the reader's buffer (a resolver that ignores the 1232 bytes we
-// advertise) is cut by the kernel: the query is asked again over TCP, and the client gets the whole
-// answer, as for TC. The path is not charged.
+// O-10 ("a truncated answer is retried over TCP"): a UDP reply longer than the reader's buffer (a
+// resolver that ignores the 1232 bytes we advertise) is cut by the kernel: the query is asked again
+// over TCP, and the client gets the whole answer, as for TC. The path is not charged.
 func TestOversizedDatagramAskedAgainOverTCP(t *testing.T) {
 	pc := listenRaw(t)
 	l, err := net.Listen("tcp", pc.LocalAddr().String())
