@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,7 +16,8 @@ import (
 // hands every reply to the query waiting for its ID and question. A socket per query in flight
 // costs a read that finds nothing (EAGAIN) and a read that finds the reply for every query; one
 // reader takes every reply that arrived while it was away in one recvmmsg. Each query still gets
-// a random ID, unique among the queries in flight on its socket (O-10).
+// a random ID, never given before on its socket (O-10): a late reply to a query that gave up (a
+// header-only error, matched by its ID alone) never reaches a newer query there.
 //
 // Source ports keep changing (RFC 5452): a socket is bound to SOURCE:0, so the kernel picks a
 // random ephemeral port, and it takes at most maxUses queries and is open at most maxAge; then a
@@ -45,7 +47,8 @@ type udpSock struct {
 	opened time.Time
 
 	// guarded by u.mu
-	sent    int // queries sent: IDs handed out
+	sent    int             // queries sent: IDs handed out
+	ids     [maxUses]uint16 // the IDs handed out, ids[:sent]
 	waiters map[uint16]*waiter
 	retired bool // takes no more queries; closes when its last waiter leaves
 	closed  bool
@@ -81,8 +84,8 @@ var (
 )
 
 // register takes a socket of the pair for a query and gives it a random ID from draw that no other
-// query in flight on that socket has (O-10). wire is the packed query; the caller writes the ID
-// into it.
+// query on that socket had, in flight or gone (O-10). wire is the packed query; the caller writes
+// the ID into it.
 func (u *upstream) register(wire []byte, draw func() uint16) (*waiter, error) {
 	now := time.Now()
 	u.mu.Lock()
@@ -95,9 +98,10 @@ func (u *upstream) register(wire []byte, draw func() uint16) (*waiter, error) {
 		return nil, err
 	}
 	id := draw()
-	for s.waiters[id] != nil {
-		id = draw() // at most maxUses of 65536 IDs are taken: this ends at once
+	for slices.Contains(s.ids[:s.sent], id) {
+		id = draw() // fewer than maxUses of 65536 IDs are taken: this ends at once
 	}
+	s.ids[s.sent] = id // pick returns a socket with sent < maxUses
 	s.sent++
 	w := waiterPool.Get().(*waiter)
 	w.s, w.id, w.opcode, w.q = s, id, wire[2]&0x78, append(w.q[:0], questionOf(wire)...)

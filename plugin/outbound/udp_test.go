@@ -110,14 +110,50 @@ func TestO10IDsUniqueOnASocket(t *testing.T) {
 		}
 		seen[w.id] = true
 	}
-	// An ID is free again once its query left.
-	ws[3].leave()
-	w, err := u.register(wire, draw)
+}
+
+// O-10, no ID reuse on a socket: query A gives up without a reply (its time was up) and query B
+// on the same socket draws A's ID. The resolver's late header-only REFUSED for A (legal, matched
+// by the ID alone, it has no question to tell) must not become B's answer: B gets another ID, and
+// its own answer is the first datagram it sees.
+func TestO10NoIDReuseAfterAQueryLeft(t *testing.T) {
+	pc := listenRaw(t)
+	p := testPair(t, pc.LocalAddr().String())
+	draws := []uint16{7, 7, 7, 8}
+	draw := func() uint16 { id := draws[0]; draws = draws[1:]; return id }
+	wA, err := p.up.register(testAttempt(p, "a.example.").wire, draw)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w.s != ws[0].s || w.id != ws[3].id {
-		t.Errorf("the ninth query got ID %d, want the one left free (%d)", w.id, ws[3].id)
+	sA, idA := wA.s, wA.id
+	wA.leave() // A's time is up: no reply
+	b := testAttempt(p, "b.example.")
+	wB, err := p.up.register(b.wire, draw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wB.leave()
+	if wB.s != sA {
+		t.Fatal("B is not on A's socket")
+	}
+	if wB.id == idA {
+		t.Errorf("O-10: query B got ID %d, the ID of query A that left the same socket without a reply", wB.id)
+	}
+	late := make([]byte, 12) // A's late header-only REFUSED
+	binary.BigEndian.PutUint16(late, idA)
+	late[2], late[3] = 0x80, dns.RcodeRefused
+	to := sA.c.LocalAddr().(*net.UDPAddr)
+	pc.WriteToUDP(late, to)
+	pc.WriteToUDP(answerTo(&dns.Msg{Question: []dns.Question{b.q}}, wB.id, net.IPv4(192, 0, 2, 1)), to)
+	d := <-wB.ch
+	if d.err != nil {
+		t.Fatal(d.err)
+	}
+	b.id = wB.id
+	m, _ := b.match((*d.b)[:d.n], d.cut)
+	dgramPool.Put(d.b)
+	if m == nil || m.Rcode != dns.RcodeSuccess {
+		t.Errorf("O-10: query B took %v for its answer, want its own NOERROR", m)
 	}
 }
 
