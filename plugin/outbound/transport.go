@@ -236,6 +236,15 @@ func (a *attempt) sendUDP() error {
 	a.w, a.id = w, w.id
 	binary.BigEndian.PutUint16(a.wire, a.id)
 	if _, err := w.s.c.Write(a.wire); err != nil {
+		if unreachable(err) {
+			// The ICMP error an earlier query left on the socket (Linux gives it to the next
+			// send as to the next read): the reader will not see it, so the queries there are
+			// told here.
+			u := w.s.u
+			u.mu.Lock()
+			w.s.failAll(err)
+			u.mu.Unlock()
+		}
 		a.drop()
 		if errors.Is(err, net.ErrClosed) {
 			return errClosed

@@ -286,12 +286,7 @@ func (s *udpSock) read() {
 			u.retire(s)
 			s.c.SetReadDeadline(time.Time{})
 		case unreachable(err):
-			// ICMP port or host unreachable came back for a query on this socket: the resolver
-			// cannot be reached from here, so every query on it fails at once rather than at its
-			// time (a failure, as a per-query socket's read error was).
-			for _, w := range s.waiters {
-				w.fail(err)
-			}
+			s.failAll(err)
 		default:
 			u.retire(s)
 			u.closeSock(s, err)
@@ -299,6 +294,16 @@ func (s *udpSock) read() {
 			return
 		}
 		u.unlock()
+	}
+}
+
+// failAll fails every query on s at once with err, an ICMP port or host unreachable that came
+// back for a query on it, rather than at their time: the resolver cannot be reached from here (a
+// failure, as a per-query socket's read error was). The reader gets the error, or the next write
+// on the socket does (sendUDP). Caller holds u.mu.
+func (s *udpSock) failAll(err error) {
+	for _, w := range s.waiters {
+		w.fail(err)
 	}
 }
 

@@ -484,6 +484,58 @@ func TestUnreachablePortFailsFast(t *testing.T) {
 	}
 }
 
+// O-6 with a shared socket: the ICMP port unreachable that came back for query A may be taken by
+// the next write on the socket (Linux gives the pending error to a send as to a read) rather than
+// by the reader. Query A must be told all the same, at once, not left to wait out its time and be
+// charged a timeout. The socket here has no reader, so only the writes can see the error.
+func TestO6UnreachableTakenByAWriteFailsTheSocket(t *testing.T) {
+	dead := listenRaw(t)
+	addr := netip.MustParseAddrPort(dead.LocalAddr().String())
+	dead.Close() // nothing listens there now
+	p := testPair(t, addr.String())
+	u := p.up
+	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &udpSock{u: u, c: c, opened: time.Now(), waiters: map[uint16]*waiter{}}
+	u.mu.Lock()
+	u.socksOpen = map[*udpSock]bool{s: true} // closed with the pair
+	for i := range u.socks {
+		u.socks[i] = s
+	}
+	u.mu.Unlock()
+	a := testAttempt(p, "a.example.")
+	if err := a.sendUDP(); err != nil {
+		t.Fatal(err)
+	}
+	defer a.close()
+	// Each write draws an ICMP error; the first write after one arrived returns it.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b := testAttempt(p, "b.example.")
+		err := b.sendUDP()
+		b.close()
+		if err != nil {
+			if !unreachable(err) {
+				t.Fatal(err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no write returned the ICMP error")
+		}
+	}
+	select {
+	case d := <-a.w.ch:
+		if !unreachable(d.err) {
+			t.Errorf("O-6: query A got %v, want the unreachable error", d.err)
+		}
+	default:
+		t.Error("O-6: query A was not told its resolver is unreachable: it would wait out its time")
+	}
+}
+
 // RFC 5452, O-10 source ports: a socket takes at most maxUses queries before a new socket with a
 // new port takes its place. One query at a time keeps to one socket.
 func TestUDPSourcePortsChange(t *testing.T) {
