@@ -100,7 +100,7 @@ func (x *query) hedged(first *attempt) result {
 	done := make(chan *attempt, maxAttempts)
 	var pending []*attempt
 	listen := func(a *attempt, send bool) {
-		a.ctl = &attemptCtl{}
+		a.ctl = newCtl()
 		a.wire = slices.Clone(a.wire) // the caller's buffer goes back to its pool on return
 		pending = append(pending, a)
 		go func() {

@@ -78,6 +78,7 @@ type Outbound struct {
 
 	stopc   chan struct{}
 	wg      sync.WaitGroup
+	workers *workers // serve the queries (worker.go)
 	probes  probes
 	started atomic.Bool
 
@@ -86,7 +87,9 @@ type Outbound struct {
 
 // New returns an Outbound with the defaults.
 func New() *Outbound {
-	return &Outbound{timeout: defaultTimeout, maxConcurrent: defaultMaxConcurrent, now: time.Now, board: health.Default}
+	o := &Outbound{timeout: defaultTimeout, maxConcurrent: defaultMaxConcurrent, now: time.Now, board: health.Default}
+	o.workers = newWorkers(o.serve)
+	return o
 }
 
 // Name implements plugin.Handler.
@@ -133,16 +136,18 @@ func subdomain(zone, name string) bool {
 
 type selfLookupKey struct{}
 
-// ServeDNS implements plugin.Handler.
+// ServeDNS implements plugin.Handler. The queries it forwards are served on a worker (worker.go).
 func (o *Outbound) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
-	if len(r.Question) != 1 {
+	if len(r.Question) != 1 || o.match(r.Question[0].Name) == "" {
 		return plugin.NextOrFailure(o.Name(), o.Next, ctx, w, r)
 	}
+	return o.workers.run(ctx, w, r)
+}
+
+// serve forwards a query of ours.
+func (o *Outbound) serve(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 	state := request.Request{W: w, Req: r}
 	zone := o.match(r.Question[0].Name)
-	if zone == "" {
-		return plugin.NextOrFailure(o.Name(), o.Next, ctx, w, r)
-	}
 	server := metrics.WithServer(ctx)
 	if o.maxConcurrent > 0 {
 		n := o.inflight.Add(1)

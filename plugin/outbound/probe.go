@@ -100,7 +100,7 @@ func (o *Outbound) explore() {
 		}
 		c.rk.acquire() // explore holds it: this cannot fail
 		c.p.probed(now)
-		a := &attempt{p: c.p, q: o.probeQ, wire: slices.Clone(o.probeWire), tcp: o.forceTCP, ctl: &attemptCtl{}}
+		a := &attempt{p: c.p, q: o.probeQ, wire: slices.Clone(o.probeWire), tcp: o.forceTCP, ctl: newCtl()}
 		o.probes.live[a] = true
 		o.probes.wg.Go(func() {
 			o.probe(a)

@@ -158,6 +158,7 @@ func (o *Outbound) start() error {
 // ranker: what it holds goes when the last of them ends.
 func (o *Outbound) stop() {
 	o.started.Store(false)
+	o.workers.stop()
 	if o.stopc != nil {
 		close(o.stopc)
 		o.wg.Wait()

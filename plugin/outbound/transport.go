@@ -16,25 +16,25 @@ import (
 )
 
 // The transport is ours rather than plugin/pkg/proxy's (README, "Wire behaviour", says why). It
-// keeps proxy's behaviours: pooled sockets; a pooled TCP connection the resolver closed while idle
-// is redialled without counting a failure (proxy's ErrCachedClosed); out-of-order replies are
-// skipped; a reply too large for the client reaches it truncated (proxy answers TC). And ours
-// (O-10): a source address per endpoint, a fresh random ID per send, ID and question matched, a
-// mismatched reply or garbage never ends the wait, a header-only error reply with the right ID is
-// an answer, and a wait cut by a deadline can go on (hedging, O-6).
+// keeps proxy's behaviours: pooled TCP connections; a pooled TCP connection the resolver closed
+// while idle is redialled without counting a failure (proxy's ErrCachedClosed); out-of-order
+// replies are skipped; a reply too large for the client reaches it truncated (proxy answers TC).
+// And ours (O-10): a source address per endpoint, a fresh random ID per send, ID and question
+// matched, a mismatched reply or garbage never ends the wait, a header-only error reply with the
+// right ID is an answer, and a wait cut by a deadline can go on (hedging, O-6).
 //
-// Source-port policy (O-10): UDP sockets are connected sockets bound to SOURCE:0, so the kernel
-// picks a random ephemeral port. A socket is reused for at most maxUses queries and never after
-// sitting idle for idleExpire, so the source port keeps changing while the socket cost stays
-// amortized. A socket whose attempt got no reply is closed, not reused. TCP connections are
-// reused the same way, one query at a time.
+// UDP goes through a few shared sockets per pair, each read by one goroutine (udp.go says how and
+// why). TCP connections are pooled, one query at a time: a connection is reused for at most
+// maxUses queries and never after sitting idle for idleExpire; one whose attempt got no reply is
+// closed, not reused.
 const (
+	// maxUses bounds the queries a UDP socket or a TCP connection carries before a new one, with
+	// a new source port, takes its place.
 	maxUses    = 100
 	idleExpire = 10 * time.Second
-	// maxIdle bounds the idle sockets kept per protocol per (source, target). It is the default
-	// max_concurrent: with fewer, a steady load with more queries in flight than idle sockets
-	// opens and closes a socket for the excess on every query (a third more CPU per query under
-	// dnsperf's 100 in flight when it was 64). Idle sockets past idleExpire are closed on put.
+	// maxIdle bounds the idle TCP connections kept per (source, target). It is the default
+	// max_concurrent, so a steady load reuses its connections. Idle ones past idleExpire are
+	// closed on put.
 	maxIdle    = 1000
 	udpBufSize = 1232
 	readBuf    = dns.MaxMsgSize
@@ -47,41 +47,42 @@ var (
 	errCancelled = errors.New("cancelled: another attempt answered")
 )
 
-// conn is one pooled socket.
+// conn is one pooled TCP connection.
 type conn struct {
 	c      net.Conn
-	tcp    bool
 	cached bool // taken from the pool: the resolver may have closed it while it sat idle
 	used   time.Time
 	uses   int
 }
 
-// upstream is the socket pool from one source address to one target.
+// upstream is the transport from one source address to one target: its UDP sockets (udp.go) and
+// its pool of TCP connections.
 type upstream struct {
 	src netip.Addr
 	dst netip.AddrPort
 
-	mu     sync.Mutex
-	idle   [2][]*conn // 0: UDP, 1: TCP
-	closed bool
+	mu        sync.Mutex
+	idle      []*conn
+	socks     [udpSockets]*udpSock // the UDP sockets that take queries
+	socksOpen map[*udpSock]bool    // every UDP socket still open, retired ones included
+	closing   []*udpSock           // closed by unlock
+	readers   sync.WaitGroup
+	closed    bool
 }
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, readBuf); return &b }}
 
-func (u *upstream) get(tcp bool, deadline time.Time) (*conn, error) {
-	k := 0
-	if tcp {
-		k = 1
-	}
+// get returns a pooled TCP connection, or dials one.
+func (u *upstream) get(deadline time.Time) (*conn, error) {
 	now := time.Now()
 	u.mu.Lock()
 	if u.closed {
 		u.mu.Unlock()
 		return nil, errClosed
 	}
-	for n := len(u.idle[k]); n > 0; n = len(u.idle[k]) {
-		c := u.idle[k][n-1]
-		u.idle[k] = u.idle[k][:n-1]
+	for n := len(u.idle); n > 0; n = len(u.idle) {
+		c := u.idle[n-1]
+		u.idle = u.idle[:n-1]
 		if now.Sub(c.used) > idleExpire {
 			c.c.Close()
 			continue
@@ -91,26 +92,11 @@ func (u *upstream) get(tcp bool, deadline time.Time) (*conn, error) {
 		return c, nil
 	}
 	u.mu.Unlock()
-	return u.dial(tcp, deadline)
-}
-
-func (u *upstream) dial(tcp bool, deadline time.Time) (*conn, error) {
-	if tcp {
-		d := net.Dialer{Deadline: deadline}
-		if u.src.IsValid() {
-			d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(u.src, 0))
-		}
-		c, err := d.Dial("tcp", u.dst.String())
-		if err != nil {
-			return nil, err
-		}
-		return &conn{c: c, tcp: true}, nil
-	}
-	var laddr *net.UDPAddr
+	d := net.Dialer{Deadline: deadline}
 	if u.src.IsValid() {
-		laddr = net.UDPAddrFromAddrPort(netip.AddrPortFrom(u.src, 0))
+		d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(u.src, 0))
 	}
-	c, err := net.DialUDP("udp", laddr, net.UDPAddrFromAddrPort(u.dst))
+	c, err := d.Dial("tcp", u.dst.String())
 	if err != nil {
 		return nil, err
 	}
@@ -124,41 +110,42 @@ func (u *upstream) put(c *conn) {
 		return
 	}
 	c.used = time.Now()
-	k := 0
-	if c.tcp {
-		k = 1
-	}
 	u.mu.Lock()
-	if u.closed || len(u.idle[k]) >= maxIdle {
+	if u.closed || len(u.idle) >= maxIdle {
 		u.mu.Unlock()
 		c.c.Close()
 		return
 	}
-	// The stack is used from the top, so the oldest idle sockets sit at the bottom: close the
-	// ones that expired, so a past burst does not hold its sockets for ever.
+	// The stack is used from the top, so the oldest idle connections sit at the bottom: close
+	// the ones that expired, so a past burst does not hold them for ever.
 	var stale []*conn
-	for len(u.idle[k]) > 0 && c.used.Sub(u.idle[k][0].used) > idleExpire {
-		stale = append(stale, u.idle[k][0])
-		u.idle[k] = u.idle[k][1:]
+	for len(u.idle) > 0 && c.used.Sub(u.idle[0].used) > idleExpire {
+		stale = append(stale, u.idle[0])
+		u.idle = u.idle[1:]
 	}
-	u.idle[k] = append(u.idle[k], c)
+	u.idle = append(u.idle, c)
 	u.mu.Unlock()
 	for _, s := range stale {
 		s.c.Close()
 	}
 }
 
+// close closes the pair's sockets, ending the wait of the queries on its UDP sockets with
+// errClosed, and waits for their readers.
 func (u *upstream) close() {
 	u.mu.Lock()
 	u.closed = true
 	idle := u.idle
-	u.idle = [2][]*conn{}
-	u.mu.Unlock()
-	for _, cs := range idle {
-		for _, c := range cs {
-			c.c.Close()
-		}
+	u.idle = nil
+	for s := range u.socksOpen {
+		u.closeSock(s, errClosed)
 	}
+	u.socks = [udpSockets]*udpSock{}
+	u.unlock()
+	for _, c := range idle {
+		c.c.Close()
+	}
+	u.readers.Wait()
 }
 
 // newID returns a fresh random message ID (O-10). math/rand/v2's generator is ChaCha8 seeded from
@@ -177,9 +164,12 @@ type attempt struct {
 	tcp    bool
 	start  time.Time
 	hedge  time.Time // when the next path may be tried (O-6)
+	id     uint16
 
-	c    *conn
-	id   uint16
+	w  *waiter  // UDP: the attempt's place on a socket of the pair
+	dg datagram // UDP: the datagram being looked at
+
+	c    *conn // TCP
 	buf  *[]byte
 	got  int // TCP: bytes of the current message read so far, prefix included, so a read cut
 	size int // by a deadline resumes; size is the message's length, from its prefix
@@ -195,13 +185,20 @@ type attempt struct {
 type attemptCtl struct {
 	mu        sync.Mutex
 	cancelled bool
+	stop      chan struct{} // closed by cancel: ends a UDP wait
 }
 
-// send writes the query on a socket of the pair with a fresh random ID (O-10). A pooled TCP
-// connection that fails the write was closed by the resolver while idle: the next one is used.
+func newCtl() *attemptCtl { return &attemptCtl{stop: make(chan struct{})} }
+
+// send sends the query through the pair with a fresh random ID (O-10): over UDP on one of the
+// pair's sockets, over TCP on a pooled connection. A pooled TCP connection that fails the write
+// was closed by the resolver while idle: the next one is used.
 func (a *attempt) send(deadline time.Time) error {
+	if !a.tcp {
+		return a.sendUDP()
+	}
 	for {
-		c, err := a.p.up.get(a.tcp, deadline)
+		c, err := a.p.up.get(deadline)
 		if err != nil {
 			return err
 		}
@@ -211,7 +208,7 @@ func (a *attempt) send(deadline time.Time) error {
 		a.id, a.got = newID(), 0
 		binary.BigEndian.PutUint16(a.wire, a.id)
 		c.c.SetWriteDeadline(deadline)
-		if err = write(c, a.wire); err == nil {
+		if err = writeTCP(c, a.wire); err == nil {
 			return nil
 		}
 		a.drop()
@@ -221,11 +218,43 @@ func (a *attempt) send(deadline time.Time) error {
 	}
 }
 
-func write(c *conn, wire []byte) error {
-	if !c.tcp {
-		_, err := c.c.Write(wire)
+// sendUDP takes a place on a socket of the pair, with an ID no other query on it has, and sends.
+func (a *attempt) sendUDP() error {
+	w, err := a.p.up.register(a.wire, newID)
+	if err != nil {
 		return err
 	}
+	if a.ctl != nil {
+		a.ctl.mu.Lock()
+		cancelled := a.ctl.cancelled
+		a.ctl.mu.Unlock()
+		if cancelled {
+			w.leave()
+			return errCancelled
+		}
+	}
+	a.w, a.id = w, w.id
+	binary.BigEndian.PutUint16(a.wire, a.id)
+	if _, err := w.s.c.Write(a.wire); err != nil {
+		if unreachable(err) {
+			// The ICMP error an earlier query left on the socket (Linux gives it to the next
+			// send as to the next read): the reader will not see it, so the queries there are
+			// told here.
+			u := w.s.u
+			u.mu.Lock()
+			w.s.failAll(err)
+			u.mu.Unlock()
+		}
+		a.drop()
+		if errors.Is(err, net.ErrClosed) {
+			return errClosed
+		}
+		return err
+	}
+	return nil
+}
+
+func writeTCP(c *conn, wire []byte) error {
 	var l [2]byte
 	binary.BigEndian.PutUint16(l[:], uint16(len(wire))) // #nosec G115 -- a packed query fits
 	_, err := (&net.Buffers{l[:], wire}).WriteTo(c.c)
@@ -234,33 +263,57 @@ func write(c *conn, wire []byte) error {
 
 // wait reads until the reply whose ID and question match, or until deadline. Other replies and
 // short garbage are skipped: they never end the wait (O-10); a reply with our ID that does not
-// parse is the resolver's, and fails the attempt. At the deadline it returns errTimeout with the
-// socket open, so the caller may wait longer. A truncated UDP reply is retried over TCP through
-// the same pair; a pooled TCP connection found closed by the resolver is replaced and the query
-// sent again (pkg/proxy's ErrCachedClosed), without counting a failure.
+// parse is the resolver's, and fails the attempt. At the deadline it returns errTimeout still
+// listening, so the caller may wait longer. A truncated UDP reply is retried over TCP through the
+// same pair; a pooled TCP connection found closed by the resolver is replaced and the query sent
+// again (pkg/proxy's ErrCachedClosed), without counting a failure.
 func (a *attempt) wait(deadline time.Time) error {
-	if a.buf == nil {
-		a.buf = bufPool.Get().(*[]byte)
-	}
-	if err := a.setDeadline(deadline); err != nil {
-		return err
+	var t *time.Timer
+	defer func() {
+		if t != nil {
+			t.Stop()
+			timerPool.Put(t)
+		}
+	}()
+	if a.tcp {
+		if err := a.setDeadline(deadline); err != nil {
+			return err
+		}
 	}
 	for {
-		msg, err := a.read()
-		if err != nil {
+		var (
+			msg []byte
+			cut bool
+			err error
+		)
+		if a.tcp {
+			msg, err = a.readTCP()
 			if isTimeout(err) {
+				err = errTimeout
 				if a.locked(func() error { return nil }) != nil {
-					return errCancelled
+					err = errCancelled
 				}
-				return errTimeout
 			}
+		} else {
+			if t == nil {
+				t = timerPool.Get().(*time.Timer)
+				t.Reset(time.Until(deadline))
+			}
+			msg, cut, err = a.readUDP(t)
+		}
+		if err == errTimeout || err == errCancelled {
+			return err
+		}
+		if err != nil {
 			stale := a.tcp && a.c.cached && a.got == 0 && closedByPeer(err)
 			a.drop()
 			if !stale {
 				return err
 			}
 		} else {
-			m, err := a.match(msg)
+			m, err := a.match(msg, cut)
+			n := len(msg)
+			a.release()
 			if err != nil {
 				a.drop()
 				return err
@@ -269,10 +322,14 @@ func (a *attempt) wait(deadline time.Time) error {
 				continue
 			}
 			if !m.Truncated || a.tcp {
-				a.m, a.n = m, len(msg)
-				c := a.c
-				a.setConn(nil)
-				a.p.up.put(c)
+				a.m, a.n = m, n
+				if a.tcp {
+					c := a.c
+					a.setConn(nil)
+					a.p.up.put(c)
+				} else {
+					a.drop() // leaves the socket to the others
+				}
 				return nil
 			}
 			a.drop() // the rest of this reply is not coming over UDP
@@ -287,14 +344,53 @@ func (a *attempt) wait(deadline time.Time) error {
 	}
 }
 
-// read returns the next datagram, or over TCP the next length-prefixed message. The prefix is
-// read into the buffer, then the message over it.
-func (a *attempt) read() ([]byte, error) {
-	buf := *a.buf
-	if !a.tcp {
-		n, err := a.c.c.Read(buf)
-		return buf[:n], err
+// timerPool holds the timers of UDP waits, stopped.
+var timerPool = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}}
+
+// readUDP returns the next datagram the socket's reader handed to this attempt (cut: longer than
+// the reader's buffer), the error that ended its wait (the socket closed, the resolver
+// unreachable), errTimeout when t fires, or errCancelled.
+func (a *attempt) readUDP(t *time.Timer) ([]byte, bool, error) {
+	var stop chan struct{}
+	if a.ctl != nil {
+		stop = a.ctl.stop
 	}
+	select {
+	case d := <-a.w.ch:
+		if d.err != nil {
+			return nil, false, d.err
+		}
+		a.dg = d
+		return (*d.b)[:d.n], d.cut, nil
+	case <-t.C:
+		if a.locked(func() error { return nil }) != nil {
+			return nil, false, errCancelled
+		}
+		return nil, false, errTimeout
+	case <-stop:
+		return nil, false, errCancelled
+	}
+}
+
+// release gives back the buffer of the datagram just looked at.
+func (a *attempt) release() {
+	if a.dg.b != nil {
+		dgramPool.Put(a.dg.b)
+		a.dg = datagram{}
+	}
+}
+
+// readTCP returns the next length-prefixed message. The prefix is read into the buffer, then the
+// message over it.
+func (a *attempt) readTCP() ([]byte, error) {
+	if a.buf == nil {
+		a.buf = bufPool.Get().(*[]byte)
+	}
+	buf := *a.buf
 	for {
 		if a.got == 2 {
 			a.size = int(binary.BigEndian.Uint16(buf))
@@ -320,14 +416,16 @@ func (a *attempt) read() ([]byte, error) {
 // only with an error rcode (FORMERR, SERVFAIL, NOTIMP, REFUSED: legal there, and what forward's
 // request.Match would turn into FORMERR). A reply with our ID that does not parse is errMalformed,
 // unless it came over UDP with TC set: a reply cut mid-record, which the TC path asks again over
-// TCP (pkg/proxy's shouldTruncateResponse).
-func (a *attempt) match(msg []byte) (*dns.Msg, error) {
+// TCP (pkg/proxy's shouldTruncateResponse). A datagram longer than the socket reader's buffer
+// (cut) is taken for a truncated reply likewise: TCP brings it whole.
+func (a *attempt) match(msg []byte, cut bool) (*dns.Msg, error) {
 	if len(msg) < 12 || binary.BigEndian.Uint16(msg) != a.id || msg[2]&0x80 == 0 || (msg[2]^a.wire[2])&0x78 != 0 {
 		return nil, nil
 	}
 	m := new(dns.Msg)
-	if err := m.Unpack(msg); err != nil {
-		if !a.tcp && m.Truncated {
+	if err := m.Unpack(msg); err != nil || cut {
+		if !a.tcp && (m.Truncated || cut) {
+			m.Truncated = true
 			return m, nil
 		}
 		return nil, errMalformed
@@ -356,8 +454,8 @@ func (a *attempt) locked(f func() error) error {
 	return f()
 }
 
-// setConn sets the attempt's socket under the lock cancel takes. Once the attempt is cancelled
-// a new socket is refused (closed).
+// setConn sets the attempt's TCP connection under the lock cancel takes. Once the attempt is
+// cancelled a new connection is refused (closed).
 func (a *attempt) setConn(c *conn) error {
 	if a.ctl != nil {
 		a.ctl.mu.Lock()
@@ -371,8 +469,13 @@ func (a *attempt) setConn(c *conn) error {
 	return nil
 }
 
-// drop closes the attempt's socket: after an error or without a reply it is not reused.
+// drop leaves the attempt's UDP socket, or closes its TCP connection: after an error or without a
+// reply it is not reused.
 func (a *attempt) drop() {
+	if a.w != nil {
+		a.w.leave()
+		a.w = nil
+	}
 	if a.c != nil {
 		a.c.c.Close()
 		a.setConn(nil)
@@ -380,6 +483,9 @@ func (a *attempt) drop() {
 }
 
 func (a *attempt) setDeadline(d time.Time) error {
+	if !a.tcp {
+		return nil
+	}
 	return a.locked(func() error { return a.c.c.SetReadDeadline(d) })
 }
 
@@ -387,14 +493,20 @@ func (a *attempt) setDeadline(d time.Time) error {
 func (a *attempt) cancel() {
 	a.ctl.mu.Lock()
 	defer a.ctl.mu.Unlock()
+	if a.ctl.cancelled {
+		return
+	}
 	a.ctl.cancelled = true
+	close(a.ctl.stop)
 	if a.c != nil {
 		a.c.c.SetReadDeadline(time.Unix(1, 0))
 	}
 }
 
-// close gives back what the attempt holds; a socket still open got no reply and is not reused.
+// close gives back what the attempt holds; a TCP connection still open got no reply and is not
+// reused.
 func (a *attempt) close() {
+	a.release()
 	a.drop()
 	if a.buf != nil {
 		bufPool.Put(a.buf)
