@@ -96,6 +96,7 @@ type probeKey struct {
 type checkRun struct {
 	check       *Check
 	identity    string
+	fleet       *fleetRun // nil when the check's block has no fleet: the replica decides alone
 	probers     []*prober
 	results     [][3]prometheus.Counter // by slot and outcome
 	duration    []prometheus.Observer
@@ -138,6 +139,9 @@ type probe struct {
 	stop  context.CancelFunc
 
 	gauge prometheus.Gauge // target_state of this (check, target)
+	// probing is the fleet gauge of the targets this replica probes (fleet_targets_probed) when
+	// the last round probed from at least one region, nil otherwise.
+	probing prometheus.Gauge
 
 	mu      sync.Mutex
 	streak  streak
@@ -151,11 +155,16 @@ type round struct {
 	url  string
 	res  []attempt
 	left atomic.Int64
+	// ran are the regions probed in this round (bit r: region r of the check); every region
+	// without a fleet. In a fleet, chosen are the regions this replica publishes; joined says it
+	// is a member, shared that the fleet's results decide.
+	ran, chosen    uint32
+	joined, shared bool
 }
 
 type job struct {
 	r    *round
-	slot int
+	slot int // -1: nothing to probe, only the verdict of a fleet round
 }
 
 // start is called by every instance's OnStartup; the first one starts the scheduler.
@@ -240,14 +249,44 @@ func (r *Registry) due(now time.Time, batch []job) []job {
 			continue // the previous round is still running
 		}
 		p.busy = true
-		n := p.run.check.slots()
-		rd := &round{p: p, run: p.run, url: p.url, res: make([]attempt, n)}
-		rd.left.Store(int64(n))
-		for i := range n {
-			batch = append(batch, job{r: rd, slot: i})
+		c := p.run.check
+		rd := &round{p: p, run: p.run, url: p.url, res: make([]attempt, c.slots()), ran: 1<<len(c.Regions) - 1}
+		if fr := p.run.fleet; fr != nil {
+			rd.chosen, rd.joined, rd.shared = fr.f.plan(c, p.key.target.String(), fr.perRegion)
+			if rd.shared {
+				rd.ran = rd.chosen // F-2: only the regions this replica is chosen for
+			}
+			r.probing(p, fr.f, rd.ran != 0)
 		}
+		n := 0
+		for reg := range c.Regions {
+			if rd.ran&(1<<reg) == 0 {
+				continue
+			}
+			for i := range c.ProbersPerRegion {
+				batch = append(batch, job{r: rd, slot: reg*c.ProbersPerRegion + i})
+				n++
+			}
+		}
+		if n == 0 {
+			n = 1
+			batch = append(batch, job{r: rd, slot: -1})
+		}
+		rd.left.Store(int64(n))
 	}
 	return batch
+}
+
+// probing counts p in the fleet's gauge of probed targets while its rounds probe; r.mu is held.
+func (r *Registry) probing(p *probe, f *fleet, on bool) {
+	switch {
+	case on && p.probing == nil:
+		p.probing = f.gTargets
+		p.probing.Inc()
+	case !on && p.probing != nil:
+		p.probing.Dec()
+		p.probing = nil
+	}
 }
 
 // dispatch hands j to an idle worker, starts a worker when none is idle and the pool is not
@@ -286,6 +325,10 @@ func (r *Registry) worker(j job, quit chan struct{}) {
 
 func (r *Registry) attempt(j job) {
 	rd := j.r
+	if j.slot < 0 {
+		r.finish(rd)
+		return
+	}
 	a := attempt{outcome: noResult, reason: "probe stopped"}
 	if rd.p.ctx.Err() == nil {
 		start := time.Now() // a measurement, not a threshold: wall time
@@ -337,7 +380,7 @@ func (r *Registry) finish(rd *round) {
 		return
 	}
 	c := rd.run.check
-	v := aggregate(c, rd.res)
+	v := r.verdict(rd)
 	if c.Log && v.outcome == failure {
 		// Health-check logging (HC-7 with log): every failed round, with why.
 		log.Infof("Check %s target %s: probe round failed: %s", c.Name, p.key.target, v.reason)
@@ -365,6 +408,26 @@ func (r *Registry) finish(rd *round) {
 	rd.run.transitions[now].Inc()
 	// HC-7: one line per state change, always.
 	log.Infof("Check %s target %s: %s -> %s (%s)", c.Name, p.key.target, old, now, reason)
+}
+
+// verdict applies HC-2 to a round: to this replica's tallies when it decides alone, to the
+// fleet's when the fleet decides (F-3), through the same aggregate. A member publishes the
+// tallies of the regions it is chosen for.
+func (r *Registry) verdict(rd *round) verdict {
+	c := rd.run.check
+	local := tallies(c, rd.res, rd.ran)
+	fr := rd.run.fleet
+	if fr == nil || !rd.joined {
+		return aggregate(local)
+	}
+	target := rd.p.key.target.String()
+	fr.f.publish(c, target, local, rd.chosen)
+	if !rd.shared {
+		return aggregate(local)
+	}
+	v := aggregate(fr.f.tallies(pairKey{check: c.Name, target: target}, local))
+	v.reason = "fleet: " + v.reason
+	return v
 }
 
 // acquire returns the probe of target with run's check, creating it with its first round
@@ -404,6 +467,11 @@ func (r *Registry) use(p *probe, run *checkRun, now time.Time) {
 		p.streak.successes, p.streak.failures = 0, 0
 		p.mu.Unlock()
 	}
+	if old := p.run.fleet; old != nil && (run.fleet == nil || run.fleet.f != old.f) {
+		// The fleet changed: this replica no longer publishes this target in the old one.
+		old.f.forget(pairKey{check: p.key.check, target: p.key.target.String()})
+		r.probing(p, old.f, false)
+	}
 	p.run = run
 	p.url = probeURL(run.check, p.key.target)
 	if latest := now.Add(run.check.Interval); p.due.After(latest) {
@@ -434,6 +502,10 @@ func (r *Registry) release(p *probe, run *checkRun) {
 	}
 	p.gone = true
 	p.stop()
+	if fr := p.run.fleet; fr != nil {
+		fr.f.forget(pairKey{check: p.key.check, target: p.key.target.String()})
+		r.probing(p, fr.f, false)
+	}
 	heap.Remove(&r.queue, p.index)
 	delete(r.probes, p.key)
 	targetState.DeleteLabelValues(p.key.check, p.key.target.String())

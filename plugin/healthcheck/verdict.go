@@ -14,33 +14,64 @@ type verdict struct {
 	reason         string
 }
 
-// aggregate applies HC-2 to the attempts of one round, laid out region by region
-// (c.ProbersPerRegion per region). A region's verdict is the strict majority of its probers that
-// produced a result (a tie is unhealthy); a region whose probers all failed to run abstains. The
-// target is healthy when a strict majority of the regions that produced a result say healthy.
-func aggregate(c *Check, res []attempt) verdict {
-	var v verdict
-	n := c.ProbersPerRegion
-	firstFailure := ""
-	for r := range c.Regions {
-		ok, got := 0, 0
-		for _, a := range res[r*n : (r+1)*n] {
-			switch a.outcome {
-			case success:
-				ok++
-				got++
-			case failure:
-				got++
-				if firstFailure == "" {
-					firstFailure = c.Regions[r].Name + ": " + a.reason
-				}
-			}
+// tally is what the probers of one region saw of a target: how many produced a result, how many
+// of those succeeded, and the reason of the first failure. A local round gives one tally per
+// region of the check; in a fleet the tallies of one region published by every replica that
+// probes it add up (fleetmirror.go), so HC-2 counts every prober of the fleet in that region.
+type tally struct {
+	region  string
+	ok, got int
+	failure string // the first failure's reason, "" when none failed
+}
+
+// add counts one attempt.
+func (t *tally) add(a attempt) {
+	switch a.outcome {
+	case success:
+		t.ok++
+		t.got++
+	case failure:
+		t.got++
+		if t.failure == "" {
+			t.failure = a.reason
 		}
-		if got == 0 {
+	}
+}
+
+// tallies turns the attempts of a local round, laid out region by region (c.ProbersPerRegion
+// per region), into one tally per region that ran (bit r of ran: region r).
+func tallies(c *Check, res []attempt, ran uint32) []tally {
+	n := c.ProbersPerRegion
+	out := make([]tally, 0, len(c.Regions))
+	for r := range c.Regions {
+		if ran&(1<<r) == 0 {
 			continue
 		}
+		t := tally{region: c.Regions[r].Name}
+		for _, a := range res[r*n : (r+1)*n] {
+			t.add(a)
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// aggregate applies HC-2 to the tallies of a round, the one function for a replica alone and for
+// a fleet. A region's verdict is the strict majority of its probers that produced a result (a tie
+// is unhealthy); a region whose probers all failed to run abstains. The target is healthy when a
+// strict majority of the regions that produced a result say healthy.
+func aggregate(ts []tally) verdict {
+	var v verdict
+	firstFailure := ""
+	for _, t := range ts {
+		if t.got == 0 {
+			continue
+		}
+		if firstFailure == "" && t.failure != "" {
+			firstFailure = t.region + ": " + t.failure
+		}
 		v.regions++
-		if 2*ok > got {
+		if 2*t.ok > t.got {
 			v.healthyRegions++
 		}
 	}
