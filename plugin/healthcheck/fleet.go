@@ -42,7 +42,7 @@ type fleet struct {
 	done   chan struct{}
 	kick   chan struct{} // something to write: results or the registration
 
-	gMembers, gTargets, gFallback   prometheus.Gauge
+	gMembers, gTargets, gFallback  prometheus.Gauge
 	cPublished, cReceived, cErrors prometheus.Counter
 
 	mu     sync.RWMutex
