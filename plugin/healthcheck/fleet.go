@@ -292,5 +292,5 @@ func (f *fleet) tallies(pair pairKey, mine []tally) []tally {
 // viewChanged logs the fleet's members and exports their number; f.mu is held.
 func (f *fleet) viewChanged() {
 	f.gMembers.Set(float64(len(f.mirror.members)))
-	log.Infof("Fleet %s: %d members: %s", f.cfg.Prefix, len(f.mirror.members), f.mirror.describe())
+	log.Infof("Fleet %s (replica %s): %d members: %s", f.cfg.Prefix, f.cfg.Replica, len(f.mirror.members), f.mirror.describe())
 }

@@ -183,7 +183,7 @@ func (f *fleet) session(ctx context.Context) error {
 	f.setFallback(false)
 	members := len(f.mirror.members)
 	f.mu.Unlock()
-	log.Infof("Fleet %s: joined as replica %s (lease %x, %d members); the fleet decides from the next interval", f.cfg.Prefix, f.cfg.Replica, int64(lease), members)
+	log.Infof("Fleet %s (replica %s): joined (lease %x, %d members); the fleet decides from the next interval", f.cfg.Prefix, f.cfg.Replica, int64(lease), members)
 	return f.follow(ctx, lease, rev)
 }
 
@@ -244,7 +244,7 @@ func (f *fleet) list(ctx context.Context) (int64, error) {
 	m := newMirror()
 	for _, kv := range resp.Kvs {
 		if _, _, _, err := m.apply(f.cfg.Prefix, string(kv.Key), kv.Value); err != nil {
-			log.Warningf("Fleet %s: ignoring %v", f.cfg.Prefix, err)
+			log.Warningf("Fleet %s (replica %s): ignoring %v", f.cfg.Prefix, f.cfg.Replica, err)
 		}
 	}
 	f.mu.Lock()
@@ -347,7 +347,7 @@ func (f *fleet) apply(evs []*clientv3.Event) {
 		}
 		replica, member, ch, err := f.mirror.apply(f.cfg.Prefix, string(ev.Kv.Key), val)
 		if err != nil {
-			log.Warningf("Fleet %s: ignoring %v", f.cfg.Prefix, err)
+			log.Warningf("Fleet %s (replica %s): ignoring %v", f.cfg.Prefix, f.cfg.Replica, err)
 			continue
 		}
 		changed = changed || ch
@@ -371,7 +371,7 @@ func (f *fleet) confirm() {
 	}
 	f.confirmed = now
 	if f.fallback && f.joined && !f.dup {
-		log.Infof("Fleet %s: etcd answers again; replica %s rejoins, the fleet decides from the next interval", f.cfg.Prefix, f.cfg.Replica)
+		log.Infof("Fleet %s (replica %s): etcd answers again, rejoining, the fleet decides from the next interval", f.cfg.Prefix, f.cfg.Replica)
 		f.setFallback(false)
 	}
 }

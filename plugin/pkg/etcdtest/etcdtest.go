@@ -41,6 +41,10 @@ type Server struct {
 // Launch starts an etcd server with its data in dir and waits until it answers. The caller
 // stops it with Stop.
 func Launch(dir string) (*Server, error) {
+	// etcd wants its data directory private.
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return nil, err
+	}
 	bin := Binary
 	if _, err := os.Stat(bin); err != nil {
 		p, lerr := exec.LookPath("etcd")
