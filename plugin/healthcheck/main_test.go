@@ -1,6 +1,7 @@
 package healthcheck
 
 import (
+	"os"
 	"testing"
 
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
@@ -9,5 +10,11 @@ import (
 )
 
 // TestMain fails the package when any goroutine outlives the tests: the scheduler, probes in
-// flight, load-balancer loops, listeners.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, coretest.ServerLoops()...) }
+// flight, load-balancer loops, listeners, fleet sessions. Started with replicaEnv set, the test
+// binary is instead one fleet replica, a real CoreDNS server in its own process (replica_test.go).
+func TestMain(m *testing.M) {
+	if os.Getenv(replicaEnv) != "" {
+		os.Exit(replicaMain())
+	}
+	goleak.VerifyTestMain(m, coretest.ServerLoops()...)
+}

@@ -1,0 +1,171 @@
+package healthcheck
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coresteer/coresteer/plugin/pkg/etcdtest"
+)
+
+// fleetCorefile is the one Corefile of every replica of the fleet tests: what differs between
+// replicas comes from the environment, as in deploy/kubernetes (REGION, SOURCE, REPLICA, and the
+// test's own ports).
+func fleetCorefile(etcd, prefix string, port uint16, rdata string, perRegion, threshold int) string {
+	return fmt.Sprintf(`steer.test:{$DNSPORT} {
+	bind 127.0.0.1
+	prometheus 127.0.0.1:{$METRICSPORT}
+	healthcheck {
+		check web {
+			protocol http
+			port %d
+			path /health
+			interval 1s
+			timeout 500ms
+			healthy_threshold %d
+			unhealthy_threshold %d
+			prober {$REGION} {$SOURCE}
+		}
+		fleet etcd %s {
+			prefix %s
+			replica {$REPLICA}
+			replicas_per_region %d
+			timeout 1s
+		}
+	}
+	routingpolicy {
+		wrr www A 30 "1=%s" healthcheck web
+	}
+}
+`, port, threshold, threshold, etcd, prefix, perRegion, rdata)
+}
+
+// agreed waits until every replica answers want for www.steer.test.
+func agreed(t *testing.T, what string, rs []*replicaProc, want ...string) {
+	t.Helper()
+	waitFor30(t, what, func() bool {
+		for _, rp := range rs {
+			if got, err := rp.answer("www.steer.test"); err != nil || !slices.Equal(got, want) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// load queries every replica without pause until stop, counting the queries that failed (an
+// error, a timeout, an rcode other than NOERROR, or no address).
+type load struct {
+	wg             sync.WaitGroup
+	quit           chan struct{}
+	sent, failures atomic.Int64
+	mu             sync.Mutex
+	firstFailure   string
+}
+
+func startLoad(rs []*replicaProc) *load {
+	l := &load{quit: make(chan struct{})}
+	for _, rp := range rs {
+		l.wg.Go(func() {
+			for {
+				select {
+				case <-l.quit:
+					return
+				default:
+				}
+				got, err := rp.answer("www.steer.test")
+				l.sent.Add(1)
+				if err != nil || len(got) == 0 {
+					l.failures.Add(1)
+					l.mu.Lock()
+					if l.firstFailure == "" {
+						l.firstFailure = fmt.Sprintf("replica %s: %v %v", rp.name, got, err)
+					}
+					l.mu.Unlock()
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		})
+	}
+	return l
+}
+
+func (l *load) stop() {
+	close(l.quit)
+	l.wg.Wait()
+}
+
+// F-3 and F-4 with real replicas: four replica processes (two in us-east1, one in europe-west1,
+// one in asia-east1) share one etcd and probe HTTP targets that answer differently per prober
+// source address. Every replica answers the same: the target healthy from 2 of 3 regions is
+// served everywhere, the one healthy from 1 of 3 nowhere. etcd stopped under query load: no
+// query fails, each replica falls back to deciding alone (logged once, fallback metric 1), and
+// then europe-west1's replica serves the 1-of-3 target and asia-east1's drops the 2-of-3 one,
+// as a replica alone does; etcd back: every replica rejoins by itself and they agree again.
+func TestFleetReplicasAgreeF3F4(t *testing.T) {
+	etcd := etcdtest.New(t)
+	ts := sourceTargets(t, "127.0.81.1", "127.0.81.2", "127.0.81.3")
+	const us1, us2, eu, as = "127.0.90.1", "127.0.90.11", "127.0.90.2", "127.0.90.3"
+	ts[0].allow(us1, us2, eu)     // healthy from 2 of 3 regions
+	ts[1].allow(eu)               // healthy from 1 of 3
+	ts[2].allow(us1, us2, eu, as) // healthy everywhere: the record set never fails open
+	t1, t2, t3 := ts[0].addr.Addr().String(), ts[1].addr.Addr().String(), ts[2].addr.Addr().String()
+	cf := fleetCorefile(etcd.Endpoint, "/test/agree", ts[0].addr.Port(), t1+","+t2+","+t3, 2, 2)
+	var rs []*replicaProc
+	for _, r := range []struct{ name, region, src string }{
+		{"a", "us-east1", us1}, {"b", "us-east1", us2}, {"c", "europe-west1", eu}, {"d", "asia-east1", as},
+	} {
+		rs = append(rs, startReplicaProc(t, r.name, cf, "REGION="+r.region, "SOURCE="+r.src))
+	}
+	both := []string{t1, t3}
+	slices.Sort(both)
+	agreed(t, "every replica serves the 2-of-3 target and not the 1-of-3 one", rs, both...)
+	for _, rp := range rs {
+		if n := rp.metric(`coredns_healthcheck_fleet_members{replica="` + rp.name + `"}`); n != 4 {
+			t.Errorf("replica %s sees %v members, want 4", rp.name, n)
+		}
+	}
+
+	l := startLoad(rs)
+	etcd.Stop()
+	c, d := rs[2], rs[3]
+	alone := func(rp *replicaProc, want ...string) func() bool {
+		slices.Sort(want)
+		return func() bool {
+			got, err := rp.answer("www.steer.test")
+			return err == nil && slices.Equal(got, want)
+		}
+	}
+	waitFor30(t, "europe-west1's replica alone serves the 1-of-3 target", alone(c, t1, t2, t3))
+	waitFor30(t, "asia-east1's replica alone drops the 2-of-3 target", alone(d, t3))
+	for _, rp := range rs {
+		waitFor30(t, "fallback metric of "+rp.name, func() bool {
+			return rp.metric(`coredns_healthcheck_fleet_fallback{replica="`+rp.name+`"}`) == 1
+		})
+	}
+	etcd.Start()
+	agreed(t, "every replica rejoins and they agree again", rs, both...)
+	for _, rp := range rs {
+		waitFor30(t, "fallback metric back to 0 on "+rp.name, func() bool {
+			return rp.metric(`coredns_healthcheck_fleet_fallback{replica="`+rp.name+`"}`) == 0
+		})
+	}
+	l.stop()
+	if n := l.failures.Load(); n != 0 {
+		t.Errorf("%d of %d queries failed during the etcd outage; first: %s", n, l.sent.Load(), l.firstFailure)
+	}
+	t.Logf("%d queries during the outage, none failed", l.sent.Load())
+	for _, rp := range rs {
+		logs := rp.logs.String()
+		if n := strings.Count(logs, "etcd unreachable"); n != 1 {
+			t.Errorf("replica %s logged the outage %d times, want once:\n%s", rp.name, n, logs)
+		}
+		if !strings.Contains(logs, "rejoin") {
+			t.Errorf("replica %s did not log its rejoin:\n%s", rp.name, logs)
+		}
+	}
+}
