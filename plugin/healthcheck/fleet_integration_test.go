@@ -169,3 +169,80 @@ func TestFleetReplicasAgreeF3F4(t *testing.T) {
 		}
 	}
 }
+
+// F-1 and F-2 with real replicas: with replicas_per_region 1, each target gets one probe per
+// interval from each region, not one per replica of the region; when a replica dies (killed, its
+// lease left to expire) the targets it probed are probed by the other replica of its region
+// within the lease TTL and the next round.
+func TestFleetShardingF1F2(t *testing.T) {
+	etcd := etcdtest.New(t)
+	var ips []string
+	for i := range 8 {
+		ips = append(ips, fmt.Sprintf("127.0.82.%d", i+1))
+	}
+	ts := sourceTargets(t, ips...)
+	const usA, usB, eu = "127.0.90.21", "127.0.90.22", "127.0.90.23"
+	for _, st := range ts {
+		st.allow(usA, usB, eu)
+	}
+	cf := fleetCorefile(etcd.Endpoint, "/test/shard", ts[0].addr.Port(), strings.Join(ips, ","), 1, 1)
+	a := startReplicaProc(t, "a", cf, "REGION=us-east1", "SOURCE="+usA)
+	b := startReplicaProc(t, "b", cf, "REGION=us-east1", "SOURCE="+usB)
+	c := startReplicaProc(t, "c", cf, "REGION=europe-west1", "SOURCE="+eu)
+	probed := func(rp *replicaProc) float64 {
+		return rp.metric(`coredns_healthcheck_fleet_targets_probed{replica="` + rp.name + `"}`)
+	}
+	// Alone each replica probes all 8; sharded, a and b share us-east1's and c has all of
+	// europe-west1's.
+	waitFor30(t, "us-east1's targets split between a and b", func() bool {
+		pa, pb := probed(a), probed(b)
+		return pa >= 0 && pb >= 0 && pa+pb == 8 && probed(c) == 8
+	})
+	for _, st := range ts {
+		st.take()
+	}
+	time.Sleep(3 * time.Second) // a measurement window of 3 intervals, not a synchronization
+	var ofA []*sourceTarget
+	for _, st := range ts {
+		h := st.take()
+		us := h[usA] + h[usB]
+		// 3 intervals: 2 to 4 rounds; one probe per round from us-east1 (every replica of the
+		// region probing would give 4 to 8), and from one replica only.
+		if us < 2 || us > 4 || (h[usA] > 0 && h[usB] > 0) {
+			t.Errorf("target %s: us-east1 probes %v, want 2..4 from one replica", st.addr, h)
+		}
+		if h[eu] < 2 || h[eu] > 4 {
+			t.Errorf("target %s: %d europe-west1 probes in 3 intervals, want 2..4", st.addr, h[eu])
+		}
+		if h[usA] > 0 {
+			ofA = append(ofA, st)
+		}
+	}
+	if len(ofA) == 0 || len(ofA) == len(ts) {
+		t.Fatalf("a probes %d of %d targets: rendezvous hashing should split them", len(ofA), len(ts))
+	}
+	// F-1: a dies; its lease expires and b takes its targets over.
+	killed := time.Now()
+	a.kill()
+	moved := map[*sourceTarget]bool{}
+	deadline := killed.Add(fleetTTL + 3*time.Second) // the lease, then at most 3 intervals
+	for len(moved) < len(ofA) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of a's %d targets probed by b %.1fs after a died, want all within the lease TTL and the next round", len(moved), len(ofA), time.Since(killed).Seconds())
+		}
+		time.Sleep(50 * time.Millisecond)
+		for _, st := range ofA {
+			if st.take()[usB] > 0 {
+				moved[st] = true
+			}
+		}
+	}
+	t.Logf("a's %d targets probed by b %.1fs after a was killed (lease TTL %s)", len(ofA), time.Since(killed).Seconds(), fleetTTL)
+	waitFor30(t, "b probes all of us-east1's targets", func() bool { return probed(b) == 8 })
+	if n := b.metric(`coredns_healthcheck_fleet_members{replica="b"}`); n != 2 {
+		t.Errorf("b sees %v members after a died, want 2", n)
+	}
+	if !strings.Contains(b.logs.String(), "2 members: b (us-east1), c (europe-west1)") {
+		t.Errorf("b did not log the fleet view without a:\n%s", b.logs)
+	}
+}
