@@ -47,7 +47,8 @@ type fleet struct {
 
 	mu     sync.RWMutex
 	views  []*fleetView // the instances using the fleet, oldest first; the newest is registered
-	regDue bool         // the registration must be written again
+	regDue bool         // the registration may have changed
+	regVal string       // the registration written under the current lease
 	lease  clientv3.LeaseID
 	old    clientv3.LeaseID // the lease of an ended session, revoked at the next one
 	joined bool             // a session is up: the member key and the watch exist

@@ -194,7 +194,7 @@ func (f *fleet) claim(ctx context.Context, lease clientv3.LeaseID) error {
 	key := memberKey(f.cfg.Prefix, f.cfg.Replica)
 	f.mu.Lock()
 	val := string(f.registration())
-	f.regDue = false
+	f.regDue, f.regVal = false, val
 	f.mu.Unlock()
 	c, cancel := f.timeout(ctx)
 	defer cancel()
@@ -393,7 +393,8 @@ func (f *fleet) stale(err error) {
 // the next beat; a lost lease ends the session.
 func (f *fleet) write(ctx context.Context, lease clientv3.LeaseID) error {
 	f.mu.Lock()
-	reg, val := f.regDue, string(f.registration())
+	val := string(f.registration())
+	reg := f.regDue && val != f.regVal // a reload with the same checks writes nothing
 	f.regDue = false
 	f.mu.Unlock()
 	if reg {
@@ -413,6 +414,9 @@ func (f *fleet) write(ctx context.Context, lease clientv3.LeaseID) error {
 		if !resp.Succeeded {
 			return errors.New("the member key is gone")
 		}
+		f.mu.Lock()
+		f.regVal = val
+		f.mu.Unlock()
 	}
 	for {
 		f.mu.Lock()

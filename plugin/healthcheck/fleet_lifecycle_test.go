@@ -1,0 +1,250 @@
+package healthcheck
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coresteer/coresteer/plugin/pkg/coretest"
+	"github.com/coresteer/coresteer/plugin/pkg/etcdtest"
+	"github.com/coresteer/coresteer/plugin/pkg/health"
+
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// fleetLB is a Corefile whose load balancer wants its backends probed by check tcp1, in a fleet.
+func fleetLB(endpoint, prefix, timeout string, backends ...netip.AddrPort) string {
+	var bs []string
+	for _, b := range backends {
+		bs = append(bs, b.String())
+	}
+	return fmt.Sprintf(`example.org:0 {
+	bind 127.0.0.1
+	healthcheck {
+		check tcp1 {
+			interval 1s
+			timeout 500ms
+			prober us-east1
+		}
+		loadbalancer 10.99.9.1 {
+			backends %s
+			check tcp1
+		}
+		fleet etcd %s {
+			prefix %s
+			replica r1
+			timeout %s
+		}
+	}
+	whoami
+}
+`, strings.Join(bs, " "), endpoint, prefix, timeout)
+}
+
+// member returns the member key of replica under prefix, or nil.
+func member(t *testing.T, cli *clientv3.Client, prefix, replica string) *clientv3.GetResponse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, err := cli.Get(ctx, memberKey(prefix, replica))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func leases(t *testing.T, cli *clientv3.Client) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, err := cli.Leases(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(r.Leases)
+}
+
+func results(t *testing.T, cli *clientv3.Client, prefix string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, err := cli.Get(ctx, prefix+resultsDir, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(r.Count)
+}
+
+// F-1 and the fleet's lifecycle through real Corefile reloads: a reload keeps the membership
+// (same member key, same lease, no second registration) and the watch; goroutines do not grow;
+// a reload that adds a target publishes it under the same lease; shutdown revokes the lease, so
+// the member and its results leave at once.
+func TestFleetReloadKeepsMembershipF1(t *testing.T) {
+	leakCheck(t)
+	etcd := etcdtest.New(t)
+	cli := etcd.Client(t)
+	b1, b2 := listen(t, "127.0.83.1:0"), listen(t, "127.0.83.2:0")
+	const prefix = "/test/reload"
+	s := coretest.Start(t, fleetLB(etcd.Endpoint, prefix, "3s", b1.addr()))
+	waitFor(t, "the replica's result of its target", func() bool { return results(t, cli, prefix) == 1 })
+	m0 := member(t, cli, prefix, "r1")
+	if len(m0.Kvs) != 1 || leases(t, cli) != 1 {
+		t.Fatalf("member %v, %d leases: want one member under one lease", m0.Kvs, leases(t, cli))
+	}
+	others := func() int { return runtime.NumGoroutine() - int(defaultRegistry.workers.Load()) }
+	g0 := others()
+	for i := range 3 {
+		if err := s.Reload(fleetLB(etcd.Endpoint, prefix, "3s", b1.addr())); err != nil {
+			t.Fatal(err)
+		}
+		m := member(t, cli, prefix, "r1")
+		if len(m.Kvs) != 1 || m.Kvs[0].Lease != m0.Kvs[0].Lease || m.Kvs[0].CreateRevision != m0.Kvs[0].CreateRevision || m.Kvs[0].ModRevision != m0.Kvs[0].ModRevision {
+			t.Fatalf("reload %d: member %v, want it unchanged (%v)", i, m.Kvs, m0.Kvs)
+		}
+		if n := leases(t, cli); n != 1 {
+			t.Fatalf("reload %d: %d leases, want 1", i, n)
+		}
+		waitFor(t, "goroutines back to their number before the reloads", func() bool { return others() <= g0 })
+	}
+	// A reload with a second backend: its result is published under the same lease.
+	if err := s.Reload(fleetLB(etcd.Endpoint, prefix, "3s", b1.addr(), b2.addr())); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the new target's result", func() bool { return results(t, cli, prefix) == 2 })
+	if m := member(t, cli, prefix, "r1"); m.Kvs[0].Lease != m0.Kvs[0].Lease || leases(t, cli) != 1 {
+		t.Fatalf("after adding a target: member %v, %d leases", m.Kvs, leases(t, cli))
+	}
+	// Back to one backend: the dropped target's result is withdrawn at once.
+	if err := s.Reload(fleetLB(etcd.Endpoint, prefix, "3s", b1.addr())); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the dropped target's result withdrawn", func() bool { return results(t, cli, prefix) == 1 })
+	if n := len(coretest.Series(t, "coredns_healthcheck_fleet_members")); n != 1 {
+		t.Fatalf("%d fleet_members series, want 1", n)
+	}
+	s.Stop()
+	if m := member(t, cli, prefix, "r1"); len(m.Kvs) != 0 || leases(t, cli) != 0 || results(t, cli, prefix) != 0 {
+		t.Fatalf("after shutdown: member %v, %d leases, %d results: want none (the lease is revoked)", m.Kvs, leases(t, cli), results(t, cli, prefix))
+	}
+	if n := len(coretest.Series(t, "coredns_healthcheck_fleet_members")); n != 0 {
+		t.Fatalf("%d fleet_members series after shutdown, want 0 (H-6)", n)
+	}
+}
+
+// F-4: an etcd that cannot be reached at startup does not delay startup; the replica starts
+// alone, says why, probes and decides its targets itself, and is ready.
+func TestFleetStartupUnreachableF4(t *testing.T) {
+	leakCheck(t)
+	logs := coretest.CaptureLog(t)
+	b := listen(t, "127.0.83.3:0")
+	nobody := "http://127.0.0.1:" + coretest.FreePort(t) // nothing listens there
+	start := time.Now()
+	s := coretest.Start(t, fleetLB(nobody, "/test/unreachable", "2s", b.addr()))
+	if d := time.Since(start); d >= 2*time.Second {
+		t.Errorf("startup took %s: it waited for etcd (timeout 2s)", d)
+	}
+	if r, err := s.Query("example.org", 1); err != nil || r.Rcode != 0 {
+		t.Fatalf("query: %v %v", r, err)
+	}
+	k := health.Key{Check: "tcp1", Addr: b.addr().Addr(), Port: b.addr().Port()}
+	waitFor(t, "the target decided alone", func() bool { st, _ := onBoard(health.Default, k); return st.State == health.Healthy })
+	waitFor(t, "the log line saying why", func() bool {
+		return logs.Count("Fleet /test/unreachable (replica r1): not joined yet, probing and deciding alone") == 1
+	})
+	if v := gaugeValue(t, "coredns_healthcheck_fleet_fallback", "r1"); v != 1 {
+		t.Errorf("fallback gauge %v, want 1", v)
+	}
+	s.Stop()
+}
+
+// gaugeValue reads the gauge name of replica from the process's registry, -1 when absent.
+func gaugeValue(t *testing.T, name, replica string) float64 {
+	t.Helper()
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "replica" && l.GetValue() == replica {
+					if g := m.GetGauge(); g != nil {
+						return g.GetValue()
+					}
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return -1
+}
+
+// A replica name taken by another live process is detected and logged; the second process stays
+// alone until the name is free, then joins by itself.
+func TestFleetDuplicateReplica(t *testing.T) {
+	leakCheck(t)
+	logs := coretest.CaptureLog(t)
+	etcd := etcdtest.New(t)
+	const prefix = "/test/dup"
+	c := fleetCheck(time.Second, "us-east1")
+	first := testFleetConfig(etcd.Endpoint, prefix, "same", 1)
+	second := testFleetConfig(etcd.Endpoint, prefix, "same", 1)
+	second.Timeout = 2 * time.Second // another identity: a second membership, as in another process
+	v1, v2 := newFleetView([]*Check{c}), newFleetView([]*Check{c})
+	f1 := joinFleet(first, v1)
+	waitFor(t, "the first replica joined", func() bool { j, _ := joinedMode(f1); return j })
+	f2 := joinFleet(second, v2)
+	defer f2.leave(v2)
+	waitFor(t, "the duplicate logged", func() bool {
+		return logs.Count(`replica name "same" is already registered by another live process`) == 1
+	})
+	if j, _ := joinedMode(f2); j {
+		t.Fatal("the duplicate joined")
+	}
+	if j, _ := joinedMode(f1); !j {
+		t.Fatal("the first replica lost its membership to the duplicate")
+	}
+	f1.leave(v1)
+	waitFor30(t, "the second replica joins once the name is free", func() bool { j, _ := joinedMode(f2); return j })
+	if n := logs.Count(`replica name "same" is already registered`); n != 1 {
+		t.Errorf("the duplicate was logged %d times, want once", n)
+	}
+}
+
+func joinedMode(f *fleet) (joined, shared bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.mode(time.Second)
+}
+
+// F-1, F-4: a lost lease (revoked here, as etcd does when renewals stop reaching it) ends the
+// session; the replica joins again by itself with a new lease and registers again.
+func TestFleetLeaseLostRejoinsF4(t *testing.T) {
+	leakCheck(t)
+	etcd := etcdtest.New(t)
+	cli := etcd.Client(t)
+	const prefix = "/test/lost"
+	c := fleetCheck(time.Second, "us-east1")
+	v := newFleetView([]*Check{c})
+	f := joinFleet(testFleetConfig(etcd.Endpoint, prefix, "r1", 1), v)
+	defer f.leave(v)
+	waitFor(t, "joined", func() bool { return len(member(t, cli, prefix, "r1").Kvs) == 1 })
+	lease := member(t, cli, prefix, "r1").Kvs[0].Lease
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := cli.Revoke(ctx, clientv3.LeaseID(lease)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor30(t, "registered again under a new lease", func() bool {
+		m := member(t, cli, prefix, "r1")
+		return len(m.Kvs) == 1 && m.Kvs[0].Lease != lease
+	})
+}

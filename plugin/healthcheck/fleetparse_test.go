@@ -1,0 +1,144 @@
+package healthcheck
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coredns/caddy"
+)
+
+func TestParseFleetDefaults(t *testing.T) {
+	cfg, err := parse(caddy.NewTestController("dns", `healthcheck {
+		check web
+		fleet etcd http://127.0.0.1:2379 http://127.0.0.2:2379/
+	}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := cfg.fleet
+	host, _ := os.Hostname()
+	if f == nil || !slices.Equal(f.Endpoints, []string{"http://127.0.0.1:2379", "http://127.0.0.2:2379"}) ||
+		f.Prefix != "/coresteer/health" || f.Replica != host || f.ReplicasPerRegion != 2 || f.Timeout != 3*time.Second ||
+		f.TLS != nil || f.Username != "" {
+		t.Fatalf("defaults: %+v", f)
+	}
+}
+
+func TestParseFleetFull(t *testing.T) {
+	cert, key, ca := tlsFiles(t)
+	cfg, err := parse(caddy.NewTestController("dns", `healthcheck {
+		check web
+		fleet etcd https://etcd-0.etcd:2379 https://etcd-1.etcd:2379 {
+			prefix /prod/dns/health/
+			replica coresteer-dns-europe-west1-7d9f-abcde
+			replicas_per_region 3
+			tls `+cert+` `+key+` `+ca+`
+			credentials coresteer s3cret
+			timeout 1500ms
+		}
+	}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := cfg.fleet
+	if f.Prefix != "/prod/dns/health" || f.Replica != "coresteer-dns-europe-west1-7d9f-abcde" || f.ReplicasPerRegion != 3 ||
+		f.TLS == nil || len(f.TLS.Certificates) != 1 || f.TLS.RootCAs == nil || f.Username != "coresteer" || f.Password != "s3cret" ||
+		f.Timeout != 1500*time.Millisecond {
+		t.Fatalf("full: %+v", f)
+	}
+}
+
+// Every bad fleet property is an error naming the property, the value and what is allowed; wrong
+// TLS files name the file.
+func TestParseFleetErrors(t *testing.T) {
+	cert, key, ca := tlsFiles(t)
+	dir := t.TempDir()
+	garbage := filepath.Join(dir, "garbage.pem")
+	if err := os.WriteFile(garbage, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing.pem")
+	tests := []struct{ body, want string }{
+		{"fleet", "fleet: store nothing unknown (want etcd"},
+		{"fleet consul http://127.0.0.1:8500", `fleet: store "consul" unknown (want etcd`},
+		{"fleet etcd", "fleet etcd needs at least one ENDPOINT"},
+		{"fleet etcd 127.0.0.1:2379", `endpoint "127.0.0.1:2379": want http://HOST:PORT or https://HOST:PORT`},
+		{"fleet etcd ftp://127.0.0.1:2379", `endpoint "ftp://127.0.0.1:2379"`},
+		{"fleet etcd http://127.0.0.1:2379/v3", `endpoint "http://127.0.0.1:2379/v3"`},
+		{"fleet etcd http://127.0.0.1:2379 {\nprefix\n}", "prefix needs exactly one value, got 0"},
+		{"fleet etcd http://127.0.0.1:2379 {\nprefix coresteer\n}", `prefix "coresteer": want a path such as /coresteer/health`},
+		{"fleet etcd http://127.0.0.1:2379 {\nprefix /\n}", `prefix "/": want a path`},
+		{"fleet etcd http://127.0.0.1:2379 {\nprefix /a//b\n}", `prefix "/a//b": want a path`},
+		{"fleet etcd http://127.0.0.1:2379 {\nreplica a/b\n}", `replica "a/b": want 1..253 letters, digits`},
+		{"fleet etcd http://127.0.0.1:2379 {\nreplica -a\n}", `replica "-a": want`},
+		{"fleet etcd http://127.0.0.1:2379 {\nreplica a b\n}", "replica needs exactly one value, got 2"},
+		{"fleet etcd http://127.0.0.1:2379 {\nreplicas_per_region 0\n}", `replicas_per_region "0" out of range 1..10`},
+		{"fleet etcd http://127.0.0.1:2379 {\nreplicas_per_region 11\n}", `replicas_per_region "11" out of range 1..10`},
+		{"fleet etcd http://127.0.0.1:2379 {\nreplicas_per_region two\n}", `replicas_per_region "two" out of range 1..10`},
+		{"fleet etcd http://127.0.0.1:2379 {\ntimeout 3\n}", `timeout "3" out of range 100ms..1m0s`},
+		{"fleet etcd http://127.0.0.1:2379 {\ntimeout 10ms\n}", `timeout "10ms" out of range 100ms..1m0s`},
+		{"fleet etcd http://127.0.0.1:2379 {\ntimeout 2m\n}", `timeout "2m" out of range`},
+		{"fleet etcd http://127.0.0.1:2379 {\ncredentials user\n}", "credentials needs USER PASSWORD, got 1 arguments"},
+		{"fleet etcd http://127.0.0.1:2379 {\ntls " + cert + " " + key + "\n}", "tls needs CERT KEY CACERT, got 2 arguments"},
+		{"fleet etcd https://127.0.0.1:2379 {\ntls " + missing + " " + key + " " + ca + "\n}", "tls: file " + missing + ": open " + missing + ": no such file"},
+		{"fleet etcd https://127.0.0.1:2379 {\ntls " + cert + " " + missing + " " + ca + "\n}", "tls: file " + missing},
+		{"fleet etcd https://127.0.0.1:2379 {\ntls " + cert + " " + key + " " + missing + "\n}", "tls: file " + missing},
+		{"fleet etcd https://127.0.0.1:2379 {\ntls " + garbage + " " + key + " " + ca + "\n}", "tls: certificate " + garbage + " with key " + key + ":"},
+		{"fleet etcd https://127.0.0.1:2379 {\ntls " + cert + " " + garbage + " " + ca + "\n}", "tls: certificate " + cert + " with key " + garbage + ":"},
+		{"fleet etcd https://127.0.0.1:2379 {\ntls " + cert + " " + key + " " + garbage + "\n}", "tls: file " + garbage + ": no PEM certificate in it (want the CA certificate)"},
+		{"fleet etcd http://127.0.0.1:2379 {\ntls " + cert + " " + key + " " + ca + "\n}", `endpoint "http://127.0.0.1:2379" with tls: want https://`},
+		{"fleet etcd http://127.0.0.1:2379 {\nleader yes\n}", `unknown property "leader" (want prefix, replica, replicas_per_region, tls, credentials or timeout)`},
+		{"fleet etcd http://127.0.0.1:2379 {\nreplica a\nreplica b\n}", "replica given twice"},
+		{"fleet etcd http://127.0.0.1:2379\nfleet etcd http://127.0.0.1:2379", "fleet given twice"},
+	}
+	for _, tc := range tests {
+		_, err := parse(caddy.NewTestController("dns", "healthcheck {\ncheck web\n"+tc.body+"\n}"))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q:\n got %v\nwant %q", tc.body, err, tc.want)
+		}
+	}
+}
+
+// tlsFiles writes a self-signed CA certificate, used as the client certificate too, and its key.
+func tlsFiles(t *testing.T) (cert, key, ca string) {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "coresteer-test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true,
+		KeyUsage:    x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalECPrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cert, key, ca = filepath.Join(dir, "client.pem"), filepath.Join(dir, "client-key.pem"), filepath.Join(dir, "ca.pem")
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	for f, b := range map[string][]byte{cert: certPEM, ca: certPEM, key: pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})} {
+		if err := os.WriteFile(f, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return cert, key, ca
+}

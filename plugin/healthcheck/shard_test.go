@@ -1,0 +1,121 @@
+package healthcheck
+
+import (
+	"fmt"
+	"testing"
+)
+
+// owners returns the members chosen for key.
+func owners(members []string, key string, n int) []string {
+	var out []string
+	for _, m := range members {
+		if chosen(members, m, key, n) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// F-2: every key gets exactly n owners (all members when fewer), every member computes the same
+// owners, and when a member leaves only the keys it owned move; when it comes back, only keys
+// move to it.
+func TestRendezvousF2(t *testing.T) {
+	members := []string{"dns-a", "dns-b", "dns-c", "dns-d", "dns-e"}
+	const keys = 2000
+	for _, n := range []int{1, 2, 5, 7} {
+		before := map[string][]string{}
+		for i := range keys {
+			k := fmt.Sprintf("web|10.0.%d.%d:80|us-east1", i/256, i%256)
+			o := owners(members, k, n)
+			if want := min(n, len(members)); len(o) != want {
+				t.Fatalf("n=%d key %s: %d owners %v, want %d", n, k, len(o), o, want)
+			}
+			before[k] = o
+		}
+		// dns-c leaves: keys keep their other owners; only dns-c's places are taken.
+		left := []string{"dns-a", "dns-b", "dns-d", "dns-e"}
+		for k, o := range before {
+			after := owners(left, k, n)
+			for _, m := range o {
+				if m != "dns-c" && !contains(after, m) {
+					t.Fatalf("n=%d key %s: %s lost it when dns-c left (%v -> %v)", n, k, m, o, after)
+				}
+			}
+		}
+	}
+	// Spread: with 5 members and n=1, each owns about a fifth of 2000 keys (400, sd 17.9); the
+	// bounds 300..500 are more than 5 sd away.
+	count := map[string]int{}
+	for i := range keys {
+		for _, m := range owners(members, fmt.Sprintf("web|10.1.%d.%d:80|europe-west1", i/256, i%256), 1) {
+			count[m]++
+		}
+	}
+	for _, m := range members {
+		if count[m] < 300 || count[m] > 500 {
+			t.Errorf("%s owns %d of %d keys, want 300..500", m, count[m], keys)
+		}
+	}
+	if chosen(members, "not-a-member", "k", 5) {
+		t.Error("a replica that is not a member of the region was chosen")
+	}
+}
+
+func contains(s []string, x string) bool {
+	for _, v := range s {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+// F-3, HC-2 over the fleet: the tallies of one region published by several replicas add up, the
+// replica's own current tallies replace what it published, and the order (and so the reason) is
+// the same whichever replica computes it.
+func TestMirrorTalliesF3(t *testing.T) {
+	m := newMirror()
+	put := func(member, region, val string) {
+		t.Helper()
+		if _, _, _, err := m.apply("/p", "/p/results/web/10.0.0.1:80/"+region+"/"+member, []byte(val)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("a", "us-east1", `{"ok":1,"got":1}`)
+	put("b", "us-east1", `{"ok":0,"got":1,"failure":"timeout"}`)
+	put("c", "us-east1", `{"ok":1,"got":1}`)
+	put("d", "europe-west1", `{"ok":0,"got":3,"failure":"status 503"}`)
+	put("e", "asia-east1", `{"ok":2,"got":3}`)
+	pair := pairKey{check: "web", target: "10.0.0.1:80"}
+	// From replica e, whose current round says asia-east1 is down.
+	ts := m.tallies(pair, "e", []tally{{region: "asia-east1", ok: 0, got: 3, failure: "refused"}})
+	v := aggregate(ts)
+	if v.outcome != failure || v.healthyRegions != 1 || v.regions != 3 {
+		t.Fatalf("verdict %+v from %+v", v, ts)
+	}
+	if v.reason != "1/3 regions healthy (asia-east1: refused)" {
+		t.Errorf("reason %q", v.reason)
+	}
+	// From replica a: its own published us-east1 result is replaced by its current one.
+	ts = m.tallies(pair, "a", []tally{{region: "us-east1", ok: 0, got: 1, failure: "reset"}})
+	if want := (tally{region: "us-east1", ok: 1, got: 3, failure: "reset"}); ts[2] != want {
+		t.Errorf("us-east1 %+v, want %+v", ts[2], want)
+	}
+	// A deleted result no longer counts; bad keys and values are refused.
+	if _, _, _, err := m.apply("/p", "/p/results/web/10.0.0.1:80/europe-west1/d", nil); err != nil {
+		t.Fatal(err)
+	}
+	if v := aggregate(m.tallies(pair, "z", nil)); v.regions != 2 {
+		t.Errorf("after the delete: %d regions, want 2", v.regions)
+	}
+	for _, bad := range []struct{ key, val string }{
+		{"/p/results/web/x", `{}`},
+		{"/p/results/web/10.0.0.1:80/r/m", `{"ok":2,"got":1}`},
+		{"/p/other/x", `{}`},
+		{"/q/members/x", `{}`},
+	} {
+		if _, _, _, err := m.apply("/p", bad.key, []byte(bad.val)); err == nil {
+			t.Errorf("%s %s accepted", bad.key, bad.val)
+		}
+	}
+}
