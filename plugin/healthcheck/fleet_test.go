@@ -179,3 +179,39 @@ func waitFor30(t *testing.T, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// F-4: the fleet decides a check only while etcd answered within the timeout and within 3
+// intervals (a shared verdict is never older), and one interval after a join or an outage, once
+// every member had a round to publish; otherwise the replica decides alone.
+func TestFleetModeF4(t *testing.T) {
+	now := time.Unix(1000, 0)
+	f := &fleet{cfg: &fleetConfig{Timeout: 10 * time.Second}, now: func() time.Time { return now }}
+	iv := time.Second
+	if j, s := f.mode(iv); j || s {
+		t.Fatalf("not joined: joined %v shared %v", j, s)
+	}
+	f.joined, f.since, f.confirmed = true, now.Add(-500*time.Millisecond), now
+	if j, s := f.mode(iv); !j || s {
+		t.Fatalf("joined half an interval ago: joined %v shared %v, want joined and deciding alone", j, s)
+	}
+	f.since = now.Add(-iv)
+	if _, s := f.mode(iv); !s {
+		t.Fatal("joined an interval ago and confirmed now: want shared")
+	}
+	f.confirmed = now.Add(-3*iv - time.Millisecond)
+	if _, s := f.mode(iv); s {
+		t.Fatal("etcd last answered more than 3 intervals ago: want the replica alone")
+	}
+	f.since = now.Add(-time.Hour)
+	if _, s := f.mode(10 * iv); !s {
+		t.Fatal("3.001 s is within 3 intervals of 10 s and within the timeout: want shared")
+	}
+	f.cfg.Timeout = time.Second
+	if _, s := f.mode(10 * iv); s {
+		t.Fatal("etcd last answered beyond the beat and the timeout: want the replica alone")
+	}
+	f.confirmed, f.dup = now, true
+	if _, s := f.mode(iv); s {
+		t.Fatal("a duplicate replica name: want the replica alone")
+	}
+}
