@@ -42,6 +42,9 @@ type Server struct {
 // stops it with Stop.
 func Launch(dir string) (*Server, error) {
 	// etcd wants its data directory private.
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return nil, err
 	}
