@@ -160,6 +160,11 @@ func TestFleetReplicasAgreeF3F4(t *testing.T) {
 	}
 	t.Logf("%d queries during the outage, none failed", l.sent.Load())
 	for _, rp := range rs {
+		for _, m := range []string{"results_published_total", "results_received_total", "etcd_errors_total"} {
+			if v := rp.metric(`coredns_healthcheck_fleet_` + m + `{replica="` + rp.name + `"}`); v <= 0 {
+				t.Errorf("replica %s: fleet_%s %v, want > 0 (it published, received, and saw etcd fail)", rp.name, m, v)
+			}
+		}
 		logs := rp.logs.String()
 		if n := strings.Count(logs, "etcd unreachable"); n != 1 {
 			t.Errorf("replica %s logged the outage %d times, want once:\n%s", rp.name, n, logs)

@@ -248,3 +248,53 @@ func TestFleetLeaseLostRejoinsF4(t *testing.T) {
 		return len(m.Kvs) == 1 && m.Kvs[0].Lease != lease
 	})
 }
+
+// A watch whose revision etcd compacted away is listed again and restarted from the list's
+// revision: the mirror has what was written before and after.
+func TestFleetWatchCompactedRelists(t *testing.T) {
+	leakCheck(t)
+	etcd := etcdtest.New(t)
+	cli := etcd.Client(t)
+	const prefix = "/test/compact"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	put := func(key, val string) int64 {
+		t.Helper()
+		r, err := cli.Put(ctx, key, val)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Header.Revision
+	}
+	put(memberKey(prefix, "other"), `{"nonce":"x","checks":{"web":["us-east1"]}}`)
+	rev := put(prefix+resultsDir+"web/10.0.0.1:80/us-east1/other", `{"ok":1,"got":1}`)
+	if _, err := cli.Compact(ctx, rev); err != nil {
+		t.Fatal(err)
+	}
+	f := newFleet(testFleetConfig(etcd.Endpoint, prefix, "r1", 1))
+	defer fleetSeries.Release("r1")
+	f.cli = etcd.Client(t)
+	g, err := cli.Grant(ctx, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fctx, stop := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- f.follow(fctx, g.ID, 1) }() // from revision 2, compacted away
+	has := func(member string, pair pairKey) func() bool {
+		return func() bool {
+			f.mu.RLock()
+			defer f.mu.RUnlock()
+			_, ok := f.mirror.members[member]
+			return ok && len(f.mirror.results[pair]) == 1
+		}
+	}
+	waitFor(t, "the mirror listed again", has("other", pairKey{check: "web", target: "10.0.0.1:80"}))
+	put(memberKey(prefix, "third"), `{"nonce":"y","checks":{"web":["us-east1"]}}`)
+	put(prefix+resultsDir+"web/10.0.0.2:80/us-east1/third", `{"ok":0,"got":1,"failure":"timeout"}`)
+	waitFor(t, "the watch restarted after the list", has("third", pairKey{check: "web", target: "10.0.0.2:80"}))
+	stop()
+	if err := <-errc; err == nil {
+		t.Fatal("follow ended without an error")
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"math/big"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/coredns/caddy"
+	"github.com/coresteer/coresteer/plugin/pkg/etcdtest"
 )
 
 func TestParseFleetDefaults(t *testing.T) {
@@ -141,4 +143,95 @@ func tlsFiles(t *testing.T) (cert, key, ca string) {
 		}
 	}
 	return cert, key, ca
+}
+
+// pki writes a CA and, signed by it, a certificate for 127.0.0.1 good for a server and a client
+// (etcd serves with it and the fleet connects with it), with its key.
+func pki(t *testing.T) (ca, cert, key string) {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "coresteer-test-ca"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &k.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalECPrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ca, cert, key = filepath.Join(dir, "ca.pem"), filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	for f, b := range map[string][]byte{
+		ca:   pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
+		cert: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		key:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}),
+	} {
+		if err := os.WriteFile(f, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ca, cert, key
+}
+
+// tls CERT KEY CACERT reaches an etcd that serves HTTPS and requires client certificates; a
+// CA that did not sign etcd's certificate does not (the replica stays alone and counts errors).
+func TestFleetTLS(t *testing.T) {
+	leakCheck(t)
+	ca, cert, key := pki(t)
+	etcd := etcdtest.NewTLS(t, &etcdtest.TLS{Cert: cert, Key: key, CA: ca, ClientCert: cert, ClientKey: key})
+	otherCA, _, _ := pki(t)
+	for _, tc := range []struct {
+		name, ca string
+		joins    bool
+	}{{"right CA", ca, true}, {"another CA", otherCA, false}} {
+		cfg, err := parse(caddy.NewTestController("dns", `healthcheck {
+			check web
+			fleet etcd `+etcd.Endpoint+` {
+				prefix /test/tls
+				replica tls-`+strings.ReplaceAll(tc.name, " ", "-")+`
+				tls `+cert+` `+key+` `+tc.ca+`
+				timeout 1s
+			}
+		}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := newFleetView(cfg.checks)
+		f := joinFleet(cfg.fleet, v)
+		if tc.joins {
+			waitFor(t, "joined over TLS", func() bool { j, _ := joinedMode(f); return j })
+		} else {
+			waitFor(t, "an etcd error counted", func() bool { return gaugeValue(t, "coredns_healthcheck_fleet_etcd_errors_total", cfg.fleet.Replica) > 0 })
+			if j, _ := joinedMode(f); j {
+				t.Error("joined with a CA that did not sign etcd's certificate")
+			}
+		}
+		f.leave(v)
+	}
 }

@@ -7,6 +7,7 @@ package etcdtest
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -17,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	mwtls "github.com/coredns/coredns/plugin/pkg/tls"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -32,15 +35,26 @@ type Server struct {
 
 	bin, dir, name, peer string
 	args                 []string
+	tls                  *tls.Config // the client's, when the server requires client certificates
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{}
 }
 
+// TLS are the files of a server that serves HTTPS and requires client certificates: Cert and
+// Key are its certificate (which must name 127.0.0.1) and key, CA the CA of the client
+// certificates, and ClientCert and ClientKey what the helper itself connects with.
+type TLS struct {
+	Cert, Key, CA, ClientCert, ClientKey string
+}
+
 // Launch starts an etcd server with its data in dir and waits until it answers. The caller
 // stops it with Stop.
-func Launch(dir string) (*Server, error) {
+func Launch(dir string) (*Server, error) { return LaunchTLS(dir, nil) }
+
+// LaunchTLS is Launch with TLS on the client URL when t is not nil.
+func LaunchTLS(dir string, t *TLS) (*Server, error) {
 	// etcd wants its data directory private.
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
@@ -64,8 +78,12 @@ func Launch(dir string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	scheme := "http"
+	if t != nil {
+		scheme = "https"
+	}
 	s := &Server{
-		Endpoint: "http://127.0.0.1:" + strconv.Itoa(cport),
+		Endpoint: scheme + "://127.0.0.1:" + strconv.Itoa(cport),
 		bin:      bin,
 		dir:      dir,
 		name:     "etcdtest",
@@ -83,6 +101,12 @@ func Launch(dir string) (*Server, error) {
 		"--log-level", "error",
 		"--log-outputs", "stderr",
 	}
+	if t != nil {
+		s.args = append(s.args, "--cert-file", t.Cert, "--key-file", t.Key, "--trusted-ca-file", t.CA, "--client-cert-auth")
+		if s.tls, err = mwtls.NewTLSConfigFromArgs(t.ClientCert, t.ClientKey, t.CA); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.Start(); err != nil {
 		return nil, err
 	}
@@ -91,9 +115,12 @@ func Launch(dir string) (*Server, error) {
 
 // New launches a server for tb, in a temporary directory, and stops it when tb ends. It fails
 // tb when etcd cannot start, the binary missing included.
-func New(tb testing.TB) *Server {
+func New(tb testing.TB) *Server { return NewTLS(tb, nil) }
+
+// NewTLS is New with TLS when t is not nil.
+func NewTLS(tb testing.TB, t *TLS) *Server {
 	tb.Helper()
-	s, err := Launch(tb.TempDir())
+	s, err := LaunchTLS(tb.TempDir(), t)
 	if err != nil {
 		tb.Fatalf("etcd: %v", err)
 	}
@@ -120,7 +147,7 @@ func (s *Server) Start() error {
 		}
 		done := make(chan struct{})
 		go func() { _ = cmd.Wait(); close(done) }()
-		if err = waitReady(s.Endpoint, done); err == nil {
+		if err = waitReady(s.Endpoint, s.tls, done); err == nil {
 			s.cmd, s.done = cmd, done
 			return nil
 		}
@@ -152,7 +179,7 @@ func (s *Server) Stop() {
 // Client returns a client of the server, closed when tb ends.
 func (s *Server) Client(tb testing.TB) *clientv3.Client {
 	tb.Helper()
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{s.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{s.Endpoint}, DialTimeout: 5 * time.Second, TLS: s.tls, Logger: zap.NewNop()})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -161,8 +188,8 @@ func (s *Server) Client(tb testing.TB) *clientv3.Client {
 }
 
 // waitReady polls the server until a read succeeds, for at most 30 s, or until it exits.
-func waitReady(endpoint string, exited chan struct{}) error {
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: time.Second, Logger: zap.NewNop()})
+func waitReady(endpoint string, tc *tls.Config, exited chan struct{}) error {
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: time.Second, TLS: tc, Logger: zap.NewNop()})
 	if err != nil {
 		return err
 	}
