@@ -68,7 +68,7 @@ func (b *bench) close() {
 // corefile is every replica's Corefile: a load balancer wants every target probed, the record
 // set www serves the first three.
 func (b *bench) corefile(prefix string) string {
-	var backends []string
+	backends := make([]string, 0, len(b.sink.addrs))
 	for _, a := range b.sink.addrs {
 		backends = append(backends, a.String())
 	}
@@ -149,7 +149,7 @@ func (b *bench) revision() (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return r.Header.Revision, nil
+	return r.Header.GetRevision(), nil
 }
 
 type loadResult struct {
@@ -158,8 +158,9 @@ type loadResult struct {
 
 // measure returns probes/s, etcd writes/s and results written during one window.
 func (b *bench) measure(f *fleetRun, during func()) (probes, writes, results float64, err error) {
-	a0, r0, p0 := b.sink.accepted.Load(), int64(0), f.published()
-	if r0, err = b.revision(); err != nil {
+	a0, p0 := b.sink.accepted.Load(), f.published()
+	r0, err := b.revision()
+	if err != nil {
 		return 0, 0, 0, err
 	}
 	start := time.Now()

@@ -38,7 +38,7 @@ func startReplica(path, name, addr string) (*replica, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(exe) //nolint:gosec // this program itself
+	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), replicaEnv+"="+path, "REPLICA="+name, "ADDR="+addr,
 		"DNSPORT="+strconv.Itoa(port), "METRICSPORT="+strconv.Itoa(mport))
 	logs, err := os.Create(path + "." + name + ".log")

@@ -11,7 +11,7 @@ import (
 // sink is the health-check targets: TCP listeners on consecutive loopback addresses, one port,
 // counting the connections (the probes) they accept.
 type sink struct {
-	port     int
+	port     uint16
 	addrs    []netip.Addr
 	accepted atomic.Int64
 	mu       sync.Mutex
@@ -27,13 +27,13 @@ func newSink(count int) (*sink, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.port = first.Addr().(*net.TCPAddr).Port
+		s.port = first.Addr().(*net.TCPAddr).AddrPort().Port()
 		s.lns = append(s.lns, first)
 		s.addrs = append(s.addrs, netip.MustParseAddr("127.56.0.1"))
 		ok := true
 		for i := 1; i < count; i++ {
 			a := netip.AddrFrom4([4]byte{127, 56, byte((i + 1) >> 8), byte(i + 1)})
-			l, err := net.Listen("tcp", netip.AddrPortFrom(a, uint16(s.port)).String())
+			l, err := net.Listen("tcp", netip.AddrPortFrom(a, s.port).String())
 			if err != nil {
 				ok = false
 				break
@@ -73,7 +73,7 @@ func (s *sink) fail(i int) {
 
 // recover listens on target i again.
 func (s *sink) recover(i int) error {
-	l, err := net.Listen("tcp", netip.AddrPortFrom(s.addrs[i], uint16(s.port)).String())
+	l, err := net.Listen("tcp", netip.AddrPortFrom(s.addrs[i], s.port).String())
 	if err != nil {
 		return err
 	}

@@ -90,7 +90,7 @@ func TestFleetFromConfigMap(t *testing.T) {
 		if err != nil || len(r.Kvs) == 0 {
 			return ""
 		}
-		return string(r.Kvs[0].Value)
+		return string(r.Kvs[0].GetValue())
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(get(), `"web":["europe-west1"]`) {

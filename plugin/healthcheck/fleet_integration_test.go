@@ -115,7 +115,7 @@ func TestFleetReplicasAgreeF3F4(t *testing.T) {
 	ts[2].allow(us1, us2, eu, as) // healthy everywhere: the record set never fails open
 	t1, t2, t3 := ts[0].addr.Addr().String(), ts[1].addr.Addr().String(), ts[2].addr.Addr().String()
 	cf := fleetCorefile(etcd.Endpoint, "/test/agree", ts[0].addr.Port(), t1+","+t2+","+t3, 2, 2)
-	var rs []*replicaProc
+	rs := make([]*replicaProc, 0, 4)
 	for _, r := range []struct{ name, region, src string }{
 		{"a", "us-east1", us1}, {"b", "us-east1", us2}, {"c", "europe-west1", eu}, {"d", "asia-east1", as},
 	} {
@@ -181,7 +181,7 @@ func TestFleetReplicasAgreeF3F4(t *testing.T) {
 // within the lease TTL and the next round.
 func TestFleetShardingF1F2(t *testing.T) {
 	etcd := etcdtest.New(t)
-	var ips []string
+	ips := make([]string, 0, 8)
 	for i := range 8 {
 		ips = append(ips, fmt.Sprintf("127.0.82.%d", i+1))
 	}

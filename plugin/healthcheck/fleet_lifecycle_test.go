@@ -19,7 +19,7 @@ import (
 
 // fleetLB is a Corefile whose load balancer wants its backends probed by check tcp1, in a fleet.
 func fleetLB(endpoint, prefix, timeout string, backends ...netip.AddrPort) string {
-	var bs []string
+	bs := make([]string, 0, len(backends))
 	for _, b := range backends {
 		bs = append(bs, b.String())
 	}
@@ -103,7 +103,7 @@ func TestFleetReloadKeepsMembershipF1(t *testing.T) {
 			t.Fatal(err)
 		}
 		m := member(t, cli, prefix, "r1")
-		if len(m.Kvs) != 1 || m.Kvs[0].Lease != m0.Kvs[0].Lease || m.Kvs[0].CreateRevision != m0.Kvs[0].CreateRevision || m.Kvs[0].ModRevision != m0.Kvs[0].ModRevision {
+		if len(m.Kvs) != 1 || m.Kvs[0].GetLease() != m0.Kvs[0].GetLease() || m.Kvs[0].GetCreateRevision() != m0.Kvs[0].GetCreateRevision() || m.Kvs[0].GetModRevision() != m0.Kvs[0].GetModRevision() {
 			t.Fatalf("reload %d: member %v, want it unchanged (%v)", i, m.Kvs, m0.Kvs)
 		}
 		if n := leases(t, cli); n != 1 {
@@ -116,7 +116,7 @@ func TestFleetReloadKeepsMembershipF1(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the new target's result", func() bool { return results(t, cli, prefix) == 2 })
-	if m := member(t, cli, prefix, "r1"); m.Kvs[0].Lease != m0.Kvs[0].Lease || leases(t, cli) != 1 {
+	if m := member(t, cli, prefix, "r1"); m.Kvs[0].GetLease() != m0.Kvs[0].GetLease() || leases(t, cli) != 1 {
 		t.Fatalf("after adding a target: member %v, %d leases", m.Kvs, leases(t, cli))
 	}
 	// Back to one backend: the dropped target's result is withdrawn at once.
@@ -237,7 +237,7 @@ func TestFleetLeaseLostRejoinsF4(t *testing.T) {
 	f := joinFleet(testFleetConfig(etcd.Endpoint, prefix, "r1", 1), v)
 	defer f.leave(v)
 	waitFor(t, "joined", func() bool { return len(member(t, cli, prefix, "r1").Kvs) == 1 })
-	lease := member(t, cli, prefix, "r1").Kvs[0].Lease
+	lease := member(t, cli, prefix, "r1").Kvs[0].GetLease()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := cli.Revoke(ctx, clientv3.LeaseID(lease)); err != nil {
@@ -245,7 +245,7 @@ func TestFleetLeaseLostRejoinsF4(t *testing.T) {
 	}
 	waitFor30(t, "registered again under a new lease", func() bool {
 		m := member(t, cli, prefix, "r1")
-		return len(m.Kvs) == 1 && m.Kvs[0].Lease != lease
+		return len(m.Kvs) == 1 && m.Kvs[0].GetLease() != lease
 	})
 }
 
@@ -264,7 +264,7 @@ func TestFleetWatchCompactedRelists(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return r.Header.Revision
+		return r.Header.GetRevision()
 	}
 	put(memberKey(prefix, "other"), `{"nonce":"x","checks":{"web":["us-east1"]}}`)
 	rev := put(prefix+resultsDir+"web/10.0.0.1:80/us-east1/other", `{"ok":1,"got":1}`)

@@ -135,7 +135,7 @@ func TestFleetSharedVerdictF3(t *testing.T) {
 	script.set(t2of3, "us-east1", "europe-west1")
 	script.set(t1of3, "europe-west1")
 	layout := []struct{ name, region string }{{"a", "us-east1"}, {"b", "us-east1"}, {"c", "europe-west1"}, {"d", "asia-east1"}}
-	var rs []*replica
+	rs := make([]*replica, 0, len(layout))
 	for _, l := range layout {
 		rs = append(rs, startReplica(t, testFleetConfig(etcd.Endpoint, prefix, l.name, 1), fleetCheck(time.Second, l.region), script, t2of3, t1of3))
 	}

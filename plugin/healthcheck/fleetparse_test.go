@@ -227,7 +227,9 @@ func TestFleetTLS(t *testing.T) {
 		if tc.joins {
 			waitFor(t, "joined over TLS", func() bool { j, _ := joinedMode(f); return j })
 		} else {
-			waitFor(t, "an etcd error counted", func() bool { return gaugeValue(t, "coredns_healthcheck_fleet_etcd_errors_total", cfg.fleet.Replica) > 0 })
+			waitFor(t, "an etcd error counted", func() bool {
+				return gaugeValue(t, "coredns_healthcheck_fleet_etcd_errors_total", cfg.fleet.Replica) > 0
+			})
 			if j, _ := joinedMode(f); j {
 				t.Error("joined with a CA that did not sign etcd's certificate")
 			}

@@ -213,14 +213,14 @@ func (f *fleet) claim(ctx context.Context, lease clientv3.LeaseID) error {
 	other := ""
 	if len(kvs) > 0 {
 		var v memberValue
-		if json.Unmarshal(kvs[0].Value, &v) == nil && v.Nonce == f.nonce {
+		if json.Unmarshal(kvs[0].GetValue(), &v) == nil && v.Nonce == f.nonce {
 			// Ours, from a lease the revocation missed: take it over.
 			if _, err := f.cli.Put(c, key, val, clientv3.WithLease(lease)); err != nil {
 				return f.fail(fmt.Errorf("registering: %w", err))
 			}
 			return nil
 		}
-		other = fmt.Sprintf(" (lease %x)", kvs[0].Lease)
+		other = fmt.Sprintf(" (lease %x)", kvs[0].GetLease())
 	}
 	f.mu.Lock()
 	first := !f.dup
@@ -243,7 +243,7 @@ func (f *fleet) list(ctx context.Context) (int64, error) {
 	}
 	m := newMirror()
 	for _, kv := range resp.Kvs {
-		if _, _, _, err := m.apply(f.cfg.Prefix, string(kv.Key), kv.Value); err != nil {
+		if _, _, _, err := m.apply(f.cfg.Prefix, string(kv.GetKey()), kv.GetValue()); err != nil {
 			log.Warningf("Fleet %s (replica %s): ignoring %v", f.cfg.Prefix, f.cfg.Replica, err)
 		}
 	}
@@ -254,7 +254,7 @@ func (f *fleet) list(ctx context.Context) (int64, error) {
 		f.viewChanged()
 	}
 	f.mu.Unlock()
-	return resp.Header.Revision, nil
+	return resp.Header.GetRevision(), nil
 }
 
 func sameMembers(a, b map[string]memberValue) bool {
@@ -342,10 +342,10 @@ func (f *fleet) apply(evs []*clientv3.Event) {
 	changed := false
 	for _, ev := range evs {
 		var val []byte
-		if ev.Type == clientv3.EventTypePut {
-			val = ev.Kv.Value
+		if ev.Type == clientv3.EventTypePut { //nolint:protogetter // Event is clientv3's own type
+			val = ev.GetKv().GetValue()
 		}
-		replica, member, ch, err := f.mirror.apply(f.cfg.Prefix, string(ev.Kv.Key), val)
+		replica, member, ch, err := f.mirror.apply(f.cfg.Prefix, string(ev.GetKv().GetKey()), val)
 		if err != nil {
 			log.Warningf("Fleet %s (replica %s): ignoring %v", f.cfg.Prefix, f.cfg.Replica, err)
 			continue

@@ -141,14 +141,6 @@ func (rp *replicaProc) reply(t *testing.T) string {
 	return ""
 }
 
-func (rp *replicaProc) send(t *testing.T, cmd string) string {
-	t.Helper()
-	if _, err := fmt.Fprintln(rp.stdin, cmd); err != nil {
-		t.Fatalf("replica %s: %v", rp.name, err)
-	}
-	return rp.reply(t)
-}
-
 // stop stops the replica cleanly (its shutdown revokes its lease).
 func (rp *replicaProc) stop() {
 	select {
@@ -246,7 +238,7 @@ func sourceTargets(t *testing.T, ips ...string) []*sourceTarget {
 			}
 			continue
 		}
-		var out []*sourceTarget
+		out := make([]*sourceTarget, 0, len(lns))
 		for _, l := range lns {
 			st := &sourceTarget{addr: netip.MustParseAddrPort(l.Addr().String()), ok: map[string]bool{}, hits: map[string]int{}}
 			srv := &http.Server{Handler: st, ReadHeaderTimeout: time.Second}

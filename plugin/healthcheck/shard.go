@@ -30,11 +30,11 @@ func score(member, key string) uint64 {
 		prime  = 1099511628211
 	)
 	h := uint64(offset)
-	for i := 0; i < len(member); i++ {
+	for i := range len(member) {
 		h = (h ^ uint64(member[i])) * prime
 	}
-	h = (h ^ 0) * prime // separator: ("ab", "c") and ("a", "bc") differ
-	for i := 0; i < len(key); i++ {
+	h *= prime // a zero byte between the two: ("ab", "c") and ("a", "bc") differ
+	for i := range len(key) {
 		h = (h ^ uint64(key[i])) * prime
 	}
 	h ^= h >> 30

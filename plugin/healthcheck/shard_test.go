@@ -2,6 +2,7 @@ package healthcheck
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 )
 
@@ -37,7 +38,7 @@ func TestRendezvousF2(t *testing.T) {
 		for k, o := range before {
 			after := owners(left, k, n)
 			for _, m := range o {
-				if m != "dns-c" && !contains(after, m) {
+				if m != "dns-c" && !slices.Contains(after, m) {
 					t.Fatalf("n=%d key %s: %s lost it when dns-c left (%v -> %v)", n, k, m, o, after)
 				}
 			}
@@ -59,15 +60,6 @@ func TestRendezvousF2(t *testing.T) {
 	if chosen(members, "not-a-member", "k", 5) {
 		t.Error("a replica that is not a member of the region was chosen")
 	}
-}
-
-func contains(s []string, x string) bool {
-	for _, v := range s {
-		if v == x {
-			return true
-		}
-	}
-	return false
 }
 
 // F-3, HC-2 over the fleet: the tallies of one region published by several replicas add up, the

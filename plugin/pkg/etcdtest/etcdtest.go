@@ -115,7 +115,10 @@ func LaunchTLS(dir string, t *TLS) (*Server, error) {
 
 // New launches a server for tb, in a temporary directory, and stops it when tb ends. It fails
 // tb when etcd cannot start, the binary missing included.
-func New(tb testing.TB) *Server { return NewTLS(tb, nil) }
+func New(tb testing.TB) *Server {
+	tb.Helper()
+	return NewTLS(tb, nil)
+}
 
 // NewTLS is New with TLS when t is not nil.
 func NewTLS(tb testing.TB, t *TLS) *Server {
