@@ -60,6 +60,7 @@ type fleet struct {
 	fallback  bool // as logged and exported
 	dup       bool // the replica name is taken by another process (logged once)
 	mirror    mirror
+	regs      map[*Registry]struct{} // the registries probing with this fleet, told of member changes
 	// want is what this replica publishes, by (check, target) and region; published is what it
 	// wrote under the current lease; dirty are the keys where they may differ.
 	want      map[pairKey]map[string]string
@@ -150,6 +151,7 @@ func newFleet(cfg *fleetConfig) *fleet {
 		cReceived:  fleetReceived.WithLabelValues(r),
 		cErrors:    fleetErrors.WithLabelValues(r),
 		mirror:     newMirror(),
+		regs:       make(map[*Registry]struct{}),
 		fallback:   true,
 		want:       make(map[pairKey]map[string]string),
 		published:  make(map[resultKey]string),
@@ -288,6 +290,26 @@ func (f *fleet) tallies(pair pairKey, mine []tally) []tally {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return f.mirror.tallies(pair, f.cfg.Replica, mine)
+}
+
+// subscribe has r replan its probes when the members change.
+func (f *fleet) subscribe(r *Registry) {
+	f.mu.Lock()
+	f.regs[r] = struct{}{}
+	f.mu.Unlock()
+}
+
+// membersChanged tells the subscribed registries; f.mu must not be held (they call plan).
+func (f *fleet) membersChanged() {
+	f.mu.RLock()
+	regs := make([]*Registry, 0, len(f.regs))
+	for r := range f.regs {
+		regs = append(regs, r)
+	}
+	f.mu.RUnlock()
+	for _, r := range regs {
+		r.replan(f)
+	}
 }
 
 // viewChanged logs the fleet's members and exports their number; f.mu is held.

@@ -15,7 +15,7 @@ import (
 // fleetCorefile is the one Corefile of every replica of the fleet tests: what differs between
 // replicas comes from the environment, as in deploy/kubernetes (REGION, SOURCE, REPLICA, and the
 // test's own ports).
-func fleetCorefile(etcd, prefix string, port uint16, rdata string, perRegion, threshold int) string {
+func fleetCorefile(etcd, prefix string, port uint16, rdata string, perRegion, threshold int, interval time.Duration) string {
 	return fmt.Sprintf(`steer.test:{$DNSPORT} {
 	bind 127.0.0.1
 	prometheus 127.0.0.1:{$METRICSPORT}
@@ -24,7 +24,7 @@ func fleetCorefile(etcd, prefix string, port uint16, rdata string, perRegion, th
 			protocol http
 			port %d
 			path /health
-			interval 1s
+			interval %s
 			timeout 500ms
 			healthy_threshold %d
 			unhealthy_threshold %d
@@ -41,7 +41,7 @@ func fleetCorefile(etcd, prefix string, port uint16, rdata string, perRegion, th
 		wrr www A 30 "1=%s" healthcheck web
 	}
 }
-`, port, threshold, threshold, etcd, prefix, perRegion, rdata)
+`, port, interval, threshold, threshold, etcd, prefix, perRegion, rdata)
 }
 
 // agreed waits until every replica answers want for www.steer.test.
@@ -114,7 +114,7 @@ func TestFleetReplicasAgreeF3F4(t *testing.T) {
 	ts[1].allow(eu)               // healthy from 1 of 3
 	ts[2].allow(us1, us2, eu, as) // healthy everywhere: the record set never fails open
 	t1, t2, t3 := ts[0].addr.Addr().String(), ts[1].addr.Addr().String(), ts[2].addr.Addr().String()
-	cf := fleetCorefile(etcd.Endpoint, "/test/agree", ts[0].addr.Port(), t1+","+t2+","+t3, 2, 2)
+	cf := fleetCorefile(etcd.Endpoint, "/test/agree", ts[0].addr.Port(), t1+","+t2+","+t3, 2, 2, time.Second)
 	rs := make([]*replicaProc, 0, 4)
 	for _, r := range []struct{ name, region, src string }{
 		{"a", "us-east1", us1}, {"b", "us-east1", us2}, {"c", "europe-west1", eu}, {"d", "asia-east1", as},
@@ -190,7 +190,7 @@ func TestFleetShardingF1F2(t *testing.T) {
 	for _, st := range ts {
 		st.allow(usA, usB, eu)
 	}
-	cf := fleetCorefile(etcd.Endpoint, "/test/shard", ts[0].addr.Port(), strings.Join(ips, ","), 1, 1)
+	cf := fleetCorefile(etcd.Endpoint, "/test/shard", ts[0].addr.Port(), strings.Join(ips, ","), 1, 1, time.Second)
 	a := startReplicaProc(t, "a", cf, "REGION=us-east1", "SOURCE="+usA)
 	b := startReplicaProc(t, "b", cf, "REGION=us-east1", "SOURCE="+usB)
 	c := startReplicaProc(t, "c", cf, "REGION=europe-west1", "SOURCE="+eu)
@@ -250,4 +250,65 @@ func TestFleetShardingF1F2(t *testing.T) {
 	if !strings.Contains(b.logs.String(), "2 members: b (us-east1), c (europe-west1)") {
 		t.Errorf("b did not log the fleet view without a:\n%s", b.logs)
 	}
+}
+
+// F-1, F-2: with a 5 s interval, the targets of a replica that dies are probed by the other
+// replica of its region within half a second of the dead one's lease expiring, not at their next
+// round up to an interval later: a change of the members brings the rounds that moved forward.
+func TestFleetTakeoverF1F2(t *testing.T) {
+	etcd := etcdtest.New(t)
+	// 24 targets, about 12 of them a's: without the rounds brought forward, each would have its
+	// next round within 2.5 s of the expiry with a chance of 1 in 2, all of them about once in
+	// 4,000 runs.
+	ips := make([]string, 0, 24)
+	for i := range 24 {
+		ips = append(ips, fmt.Sprintf("127.0.84.%d", i+1))
+	}
+	ts := sourceTargets(t, ips...)
+	const usA, usB = "127.0.90.31", "127.0.90.32"
+	for _, st := range ts {
+		st.allow(usA, usB)
+	}
+	cf := fleetCorefile(etcd.Endpoint, "/test/takeover", ts[0].addr.Port(), strings.Join(ips, ","), 1, 1, 5*time.Second)
+	a := startReplicaProc(t, "a", cf, "REGION=us-east1", "SOURCE="+usA)
+	b := startReplicaProc(t, "b", cf, "REGION=us-east1", "SOURCE="+usB)
+	probed := func(rp *replicaProc) float64 {
+		return rp.metric(`coredns_healthcheck_fleet_targets_probed{replica="` + rp.name + `"}`)
+	}
+	waitFor30(t, "the targets split between a and b", func() bool {
+		pa, pb := probed(a), probed(b)
+		return pa > 0 && pb > 0 && pa+pb == 24
+	})
+	// a's targets: those b has not probed for an interval.
+	for _, st := range ts {
+		st.take()
+	}
+	time.Sleep(5*time.Second + 500*time.Millisecond) // one interval, to see who probes what
+	var ofA []*sourceTarget
+	for _, st := range ts {
+		if h := st.take(); h[usA] > 0 && h[usB] == 0 {
+			ofA = append(ofA, st)
+		}
+	}
+	if len(ofA) == 0 {
+		t.Fatal("a probes no target alone")
+	}
+	killed := time.Now()
+	a.kill()
+	moved := map[*sourceTarget]bool{}
+	// The lease (at most fleetTTL after a's last renewal), the watch, then rounds spread over half
+	// a second; a target's next round without that could be up to 5 s later.
+	deadline := killed.Add(fleetTTL + 2500*time.Millisecond)
+	for len(moved) < len(ofA) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of a's %d targets probed by b %.1fs after a died, want all within the lease TTL (%s) and 2.5 s", len(moved), len(ofA), time.Since(killed).Seconds(), fleetTTL)
+		}
+		time.Sleep(20 * time.Millisecond)
+		for _, st := range ofA {
+			if st.take()[usB] > 0 {
+				moved[st] = true
+			}
+		}
+	}
+	t.Logf("a's %d targets probed by b %.1fs after a was killed (interval 5s, lease TTL %s)", len(ofA), time.Since(killed).Seconds(), fleetTTL)
 }

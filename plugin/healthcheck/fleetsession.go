@@ -254,6 +254,9 @@ func (f *fleet) list(ctx context.Context) (int64, error) {
 		f.viewChanged()
 	}
 	f.mu.Unlock()
+	if changed {
+		f.membersChanged()
+	}
 	return resp.Header.GetRevision(), nil
 }
 
@@ -338,7 +341,6 @@ func (f *fleet) watch(ctx context.Context, rev int64) (clientv3.WatchChan, conte
 // apply records watch events in the mirror.
 func (f *fleet) apply(evs []*clientv3.Event) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	changed := false
 	for _, ev := range evs {
 		var val []byte
@@ -357,6 +359,10 @@ func (f *fleet) apply(evs []*clientv3.Event) {
 	}
 	if changed {
 		f.viewChanged()
+	}
+	f.mu.Unlock()
+	if changed {
+		f.membersChanged()
 	}
 }
 

@@ -142,6 +142,7 @@ type probe struct {
 	// probing is the fleet gauge of the targets this replica probes (fleet_targets_probed) when
 	// the last round probed from at least one region, nil otherwise.
 	probing prometheus.Gauge
+	ran     uint32 // the regions the last round probed from
 
 	mu      sync.Mutex
 	streak  streak
@@ -258,6 +259,7 @@ func (r *Registry) due(now time.Time, batch []job) []job {
 			}
 			r.probing(p, fr.f, rd.ran != 0)
 		}
+		p.ran = rd.ran
 		n := 0
 		for reg := range c.Regions {
 			if rd.ran&(1<<reg) == 0 {
@@ -275,6 +277,37 @@ func (r *Registry) due(now time.Time, batch []job) []job {
 		rd.left.Store(int64(n))
 	}
 	return batch
+}
+
+// replan brings forward the next round of every probe of fleet f that this replica is now chosen
+// to probe from a region its last round did not probe from: the fleet's members changed (F-2). A
+// replica that takes over the targets of one that died probes them within about a second of the
+// member's lease expiring, not at their next round an interval later. The rounds brought forward
+// are spread over up to half a second (HC-5).
+func (r *Registry) replan(f *fleet) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.clock.Now()
+	moved := false
+	for _, p := range r.probes {
+		fr := p.run.fleet
+		if fr == nil || fr.f != f || p.busy {
+			continue
+		}
+		c := p.run.check
+		chosen, _, shared := f.plan(c, p.key.target.String(), fr.perRegion)
+		if !shared || chosen&^p.ran == 0 {
+			continue
+		}
+		if soon := now.Add(r.jitter(min(c.Interval, 500*time.Millisecond))); p.due.After(soon) {
+			p.due = soon
+			heap.Fix(&r.queue, p.index)
+			moved = true
+		}
+	}
+	if moved {
+		r.kick()
+	}
 }
 
 // probing counts p in the fleet's gauge of probed targets while its rounds probe; r.mu is held.
@@ -438,6 +471,9 @@ func (r *Registry) acquire(run *checkRun, target netip.AddrPort) *probe {
 	defer r.mu.Unlock()
 	now := r.clock.Now()
 	p, ok := r.probes[k]
+	if run.fleet != nil {
+		run.fleet.f.subscribe(r)
+	}
 	if !ok {
 		p = &probe{key: k, run: run, url: probeURL(run.check, target), targets: make(map[*health.Target]int)}
 		p.ctx, p.stop = context.WithCancel(r.ctx)
