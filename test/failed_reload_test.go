@@ -1,6 +1,7 @@
 package test
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"slices"
@@ -68,10 +69,10 @@ func TestFailedReloadReleasesWhatItStarted(t *testing.T) {
 	if err := s.Reload(next); err == nil {
 		t.Fatal("a Corefile whose port is taken was accepted")
 	}
-	if published(health.Key{Addr: netip.MustParseAddr("192.0.2.98")}) {
+	if _, published := coretest.OnBoard(health.Default, health.Key{Addr: netip.MustParseAddr("192.0.2.98")}); published {
 		t.Errorf("the failed reload's composite destination is still published")
 	}
-	if published(health.Key{Check: "web", Addr: netip.MustParseAddr("127.0.0.1")}) {
+	if _, published := coretest.OnBoard(health.Default, health.Key{Check: "web", Addr: netip.MustParseAddr("127.0.0.1")}); published {
 		t.Errorf("the failed reload's backend is still probed")
 	}
 	// H-6: the series of what the failed Corefile configured are gone with it.
@@ -86,5 +87,52 @@ func TestFailedReloadReleasesWhatItStarted(t *testing.T) {
 	}
 	if r, err := s.Query("new.example.org", dns.TypeA); err != nil || r.Rcode != dns.RcodeNameError {
 		t.Fatalf("the failed Corefile's record is served: %v %v", r, err)
+	}
+}
+
+// H-6: a reload that fails after startup is abandoned, whatever the Corefile it replaces: from a
+// Corefile without any of our plugins, a reload to one with healthcheck that fails on a busy port
+// gives back its probes, board references and series (plugin/pkg/lifecycle learns of every
+// instance, not only those that use it).
+func TestFailedReloadFromPlainCorefileReleasesH6(t *testing.T) {
+	coretest.CaptureLog(t)
+	s := coretest.Start(t, "plain.test:0 {\n\tbind 127.0.0.1\n\twhoami\n}\n")
+	defer s.Stop()
+	busy, port := busyListener(t)
+	defer busy()
+	err := s.Reload(fmt.Sprintf(`plain.test:0 {
+	bind 127.0.0.1
+	healthcheck {
+		check h6-plain {
+			protocol http
+			port 9
+			interval 1s
+			timeout 500ms
+		}
+		loadbalancer 10.79.7.1 {
+			backends 127.0.79.50
+			check h6-plain
+		}
+	}
+	whoami
+}
+busy.test:%s {
+	bind 127.0.0.1
+	whoami
+}
+`, port))
+	if err == nil {
+		t.Fatal("a reload onto a busy port succeeded")
+	}
+	for _, k := range []health.Key{{Check: "h6-plain", Addr: netip.MustParseAddr("127.0.79.50")}, {Addr: netip.MustParseAddr("10.79.7.1")}} {
+		if coretest.Held(health.Default, k) {
+			t.Errorf("%v: the abandoned instance still holds it on the board", k)
+		}
+	}
+	if got := seriesOf(t, "", "coredns_healthcheck_target_state", "target"); slices.Contains(got, "10.79.7.1") {
+		t.Errorf("target_state of the abandoned instance's VIP: %v", got)
+	}
+	if got := seriesOf(t, "", "coredns_healthcheck_probes_total", "check"); slices.Contains(got, "h6-plain") {
+		t.Errorf("probes_total of the abandoned instance's check: %v", got)
 	}
 }

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
-	"github.com/coresteer/coresteer/plugin/pkg/health"
 )
 
 // probeTargets are real HTTP servers on loopback addresses, one port for all, that count the
@@ -139,12 +138,16 @@ func (pt *probeTargets) waitProbe(t *testing.T, k probeKey, since time.Time, wit
 	}
 }
 
-// published reports whether something publishes k on the process board: a probe of healthcheck,
-// a load balancer, a composite. It holds k only while it looks.
-func published(k health.Key) bool {
-	t := health.Default.Acquire(k)
-	defer health.Default.Release(t)
-	return t.Checked()
+// busyListener holds a fresh TCP port of 127.0.0.1, which a server block of a reload then cannot
+// bind, until the returned function is called.
+func busyListener(t *testing.T) (release func(), port string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ = net.SplitHostPort(ln.Addr().String())
+	return func() { ln.Close() }, port
 }
 
 // seriesOf returns the sorted distinct values of label over the series of metric name: scraped
@@ -167,27 +170,59 @@ func scrape(t *testing.T, url, name string) []map[string]string {
 // parseSeries returns the label sets of the series of metric name in body, a text exposition.
 func parseSeries(t *testing.T, body, name string) []map[string]string {
 	t.Helper()
-	var out []map[string]string
+	samples := parseMetrics(t, body)[name]
+	out := make([]map[string]string, 0, len(samples))
+	for _, s := range samples {
+		out = append(out, s.labels)
+	}
+	return out
+}
+
+// metricSample is one series of a text exposition: its labels and value.
+type metricSample struct {
+	labels map[string]string
+	value  float64
+}
+
+// parseMetrics reads a text exposition once: the series of every metric, by name (histograms by
+// their _bucket, _sum and _count names).
+func parseMetrics(t *testing.T, body string) map[string][]metricSample {
+	t.Helper()
+	out := map[string][]metricSample{}
 	sc := bufio.NewScanner(strings.NewReader(body))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		rest, ok := strings.CutPrefix(line, name)
-		if !ok || (rest != "" && rest[0] != '{' && rest[0] != ' ') {
-			continue // a comment, another metric, or one whose name starts with name
+		if line == "" || line[0] == '#' {
+			continue
 		}
-		l := map[string]string{}
+		end := strings.IndexAny(line, "{ ")
+		if end < 0 {
+			continue
+		}
+		name, rest := line[:end], line[end:]
+		s := metricSample{labels: map[string]string{}}
 		if strings.HasPrefix(rest, "{") {
-			end := strings.LastIndex(rest, "}")
-			for _, m := range labelRE.FindAllStringSubmatch(rest[1:end], -1) {
+			rb := strings.LastIndex(rest, "}")
+			for _, m := range labelRE.FindAllStringSubmatch(rest[1:rb], -1) {
 				v, err := strconv.Unquote(`"` + m[2] + `"`)
 				if err != nil {
 					t.Fatalf("label %s in %q: %v", m[1], line, err)
 				}
-				l[m[1]] = v
+				s.labels[m[1]] = v
 			}
+			rest = rest[rb+1:]
 		}
-		out = append(out, l)
+		fields := strings.Fields(rest)
+		if len(fields) == 0 {
+			t.Fatalf("no value in %q", line)
+		}
+		v, err := strconv.ParseFloat(fields[0], 64)
+		if err != nil {
+			t.Fatalf("value of %q: %v", line, err)
+		}
+		s.value = v
+		out[name] = append(out[name], s)
 	}
 	return out
 }
@@ -234,32 +269,15 @@ func fetchMetrics(t *testing.T, url string) string {
 // counterValue returns the value of the series of metric name whose labels include want, or 0.
 func counterValue(t *testing.T, url, name string, want map[string]string) float64 {
 	t.Helper()
-	body := fetchMetrics(t, url)
-	sc := bufio.NewScanner(strings.NewReader(body))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		rest, ok := strings.CutPrefix(line, name+"{")
-		if !ok {
-			continue
-		}
-		end := strings.LastIndex(rest, "}")
-		l := map[string]string{}
-		for _, m := range labelRE.FindAllStringSubmatch(rest[:end], -1) {
-			l[m[1]] = m[2]
-		}
+	for _, s := range parseMetrics(t, fetchMetrics(t, url))[name] {
 		match := true
 		for k, v := range want {
-			if l[k] != v {
+			if s.labels[k] != v {
 				match = false
 			}
 		}
 		if match {
-			v, err := strconv.ParseFloat(strings.TrimSpace(rest[end+1:]), 64)
-			if err != nil {
-				t.Fatalf("value of %q: %v", line, err)
-			}
-			return v
+			return s.value
 		}
 	}
 	return 0

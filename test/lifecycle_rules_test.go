@@ -2,7 +2,8 @@ package test
 
 import (
 	"fmt"
-	"net"
+	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
+	"github.com/coresteer/coresteer/plugin/pkg/health"
 )
 
 // fileCorefile is a server with one HTTP check probing from source, a record-set file reloaded
@@ -115,12 +117,8 @@ func TestFailedReloadKeepsFileReloadsH6(t *testing.T) {
 	s := coretest.Start(t, cf)
 	pt.waitProbe(t, probeKey{check, "127.0.79.3", src}, time.Now(), 10*time.Second)
 
-	busy, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer busy.Close()
-	_, port, _ := net.SplitHostPort(busy.Addr().String())
+	busy, port := busyListener(t)
+	defer busy()
 	if err := s.Reload(fileCorefile(check, pt.port, src, file, metrics, "busy.test:"+port+" {\n\tbind 127.0.0.1\n\twhoami\n}\n")); err == nil {
 		t.Fatal("a reload onto a busy port succeeded")
 	}
@@ -185,4 +183,249 @@ func TestReloadDeletesHealthcheckSeriesH6(t *testing.T) {
 		t.Errorf("target_state still has the removed VIP or backend: %v", got)
 	}
 	s.Stop()
+}
+
+// H-6 (issue 11, item 6): a check whose prober regions a reload changes loses the per-region
+// series (probes_total, probe_duration_seconds) of the region the live configuration no longer
+// names.
+func TestReloadDeletesRemovedRegionSeriesH6(t *testing.T) {
+	coretest.CaptureLog(t)
+	pt := startProbeTargets(t, []string{"127.0.79.40"})
+	cf := func(probers string) string {
+		return fmt.Sprintf(`regions.test:0 {
+	bind 127.0.0.1
+	healthcheck {
+		check h6-regions {
+			protocol http
+			port %d
+			interval 1s
+			timeout 500ms
+%s		}
+		loadbalancer 10.79.8.1 {
+			backends 127.0.79.40
+			check h6-regions
+		}
+	}
+	whoami
+}
+`, pt.port, probers)
+	}
+	s := coretest.Start(t, cf("\t\t\tprober us-east1 127.0.79.41\n\t\t\tprober europe-west1 127.0.79.42\n"))
+	defer s.Stop()
+	pt.waitProbe(t, probeKey{"", "127.0.79.40", "127.0.79.42"}, time.Time{}, 10*time.Second)
+	regions := func(m string) []string {
+		var out []string
+		for _, l := range coretest.Series(t, m) {
+			if l["check"] == "h6-regions" {
+				out = append(out, l["region"])
+			}
+		}
+		slices.Sort(out)
+		return slices.Compact(out)
+	}
+	for _, m := range []string{"coredns_healthcheck_probes_total", "coredns_healthcheck_probe_duration_seconds"} {
+		if got := regions(m); !slices.Equal(got, []string{"europe-west1", "us-east1"}) {
+			t.Fatalf("%s: regions %v before the reload", m, got)
+		}
+	}
+	if err := s.Reload(cf("\t\t\tprober us-east1 127.0.79.41\n")); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"coredns_healthcheck_probes_total", "coredns_healthcheck_probe_duration_seconds"} {
+		if got := regions(m); !slices.Equal(got, []string{"us-east1"}) {
+			t.Errorf("%s: regions %v after a reload that removed europe-west1", m, got)
+		}
+	}
+}
+
+// P-6 and H-2 (issue 11, item 5): a dry_run composite has no effect on consumers, readiness
+// included, also through healthcheck, which probes its backends: a backend only a dry run names
+// does not hold the ready plugin back. Here that backend's only prober cannot run (HC-3: an IPv6
+// source for an IPv4 target gives no result), so it never has a verdict.
+func TestDryRunDoesNotHoldReadyThroughHealthcheckP6(t *testing.T) {
+	coretest.CaptureLog(t)
+	ready := "127.0.0.1:" + coretest.FreePort(t)
+	s := coretest.Start(t, fmt.Sprintf(`dryready.test:0 {
+	bind 127.0.0.1
+	ready %s
+	healthcheck {
+		check p6-dry {
+			protocol tcp
+			port 9
+			interval 1s
+			timeout 500ms
+			prober us-east1 ::1
+		}
+	}
+	pschealth {
+		source p6-s {
+			backends 127.0.0.1
+			check p6-dry
+		}
+		composite p6-k {
+			sources p6-s
+			destination 10.79.9.9
+		}
+		dry_run
+	}
+	whoami
+}
+`, ready))
+	defer s.Stop()
+	url := "http://" + ready + "/ready"
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		code := 0
+		if resp, err := metricsClient.Get(url); err == nil {
+			resp.Body.Close()
+			code = resp.StatusCode
+		}
+		if code == http.StatusOK {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/ready %d after 5 s: only a dry_run composite names the undecided backend", code)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// H-4 and H-6: after every path (start, file reload, a reload failing on a busy port, reload,
+// shutdown) no board reference is left: what the configurations named is gone from the board.
+func TestBoardEmptyAfterEveryPathH4(t *testing.T) {
+	coretest.CaptureLog(t)
+	pt := startProbeTargets(t, []string{"127.0.79.60", "127.0.79.61", "127.0.79.62"})
+	file := filepath.Join(t.TempDir(), "rs.json")
+	writeRecordSets(t, file, "h4-board", 1, "127.0.79.60")
+	metrics := "127.0.0.1:" + coretest.FreePort(t)
+	url := "http://" + metrics + "/metrics"
+	cf := func(extra, after string) string {
+		return fmt.Sprintf(`lifecycle.test:0 {
+	bind 127.0.0.1
+	prometheus %s
+	healthcheck {
+		check h4-board {
+			protocol http
+			port %d
+			interval 1s
+			timeout 500ms
+			prober us-east1 127.0.79.63
+		}
+		%s
+	}
+	pschealth {
+		source h4-bs {
+			backends 127.0.79.62
+			check h4-board
+		}
+		composite h4-bk {
+			sources h4-bs
+			destination 10.79.6.2
+		}
+	}
+	routingpolicy {
+		recordsets %s
+		reload 1s
+		wrr plain A 30 "1=10.79.6.9"
+	}
+}
+%s`, metrics, pt.port, extra, file, after)
+	}
+	lb := "loadbalancer 10.79.6.1 {\n\t\t\tbackends 127.0.79.61\n\t\t\tcheck h4-board\n\t\t}"
+	s := coretest.Start(t, cf(lb, ""))
+	before := counterValue(t, url, "coredns_routingpolicy_reloads_total", map[string]string{"zone": "lifecycle.test.", "result": "success"})
+	writeRecordSets(t, file, "h4-board", 2, "127.0.79.60", "127.0.79.61")
+	waitFileReload(t, url, "lifecycle.test.", "success", before)
+	busy, port := busyListener(t)
+	if err := s.Reload(cf(lb, "busy.test:"+port+" {\n\tbind 127.0.0.1\n\twhoami\n}\n")); err == nil {
+		t.Fatal("a reload onto a busy port succeeded")
+	}
+	busy()
+	if err := s.Reload(cf("", "")); err != nil {
+		t.Fatal(err)
+	}
+	s.Stop()
+	for _, k := range []health.Key{
+		{Check: "h4-board", Addr: netip.MustParseAddr("127.0.79.60")},
+		{Check: "h4-board", Addr: netip.MustParseAddr("127.0.79.61")},
+		{Check: "h4-board", Addr: netip.MustParseAddr("127.0.79.62")},
+		{Addr: netip.MustParseAddr("10.79.6.1")},
+		{Addr: netip.MustParseAddr("10.79.6.2")},
+		{Addr: netip.MustParseAddr("10.79.6.9")},
+	} {
+		if coretest.Held(health.Default, k) {
+			t.Errorf("%v is still held on the board after shutdown", k)
+		}
+	}
+}
+
+// H-3 and H-6 across server blocks: a check defined in the second block is wanted by record sets
+// of both; a reload removes the first block, which stops the probes only it wanted, and then
+// brings it back.
+func TestBlocksShareChecksH6(t *testing.T) {
+	coretest.CaptureLog(t)
+	pt := startProbeTargets(t, []string{"127.0.79.70", "127.0.79.71"})
+	metrics := "127.0.0.1:" + coretest.FreePort(t)
+	url := "http://" + metrics + "/metrics"
+	first := `a.test:0 {
+	bind 127.0.0.1
+	routingpolicy {
+		wrr www A 30 "1=127.0.79.70;1=127.0.79.71" healthcheck h6-shared
+	}
+}
+`
+	second := fmt.Sprintf(`b.test:0 {
+	bind 127.0.0.1
+	prometheus %s
+	healthcheck {
+		check h6-shared {
+			protocol http
+			port %d
+			path /h6-shared
+			interval 1s
+			timeout 500ms
+			prober us-east1 127.0.79.72
+		}
+	}
+	routingpolicy {
+		wrr www A 30 "1=127.0.79.70" healthcheck h6-shared
+	}
+}
+`, metrics, pt.port)
+	s := coretest.Start(t, first+second)
+	defer s.Stop()
+	a, b := probeKey{"h6-shared", "127.0.79.70", "127.0.79.72"}, probeKey{"h6-shared", "127.0.79.71", "127.0.79.72"}
+	pt.waitProbe(t, a, time.Time{}, 10*time.Second)
+	pt.waitProbe(t, b, time.Time{}, 10*time.Second)
+	targets := func() []string {
+		var out []string
+		for _, l := range scrape(t, url, "coredns_healthcheck_target_state") {
+			if l["check"] == "h6-shared" {
+				out = append(out, l["target"])
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	if err := s.Reload(second); err != nil {
+		t.Fatal(err)
+	}
+	if got := targets(); !slices.Equal(got, []string{addrPort("127.0.79.70", pt.port)}) {
+		t.Fatalf("after the first block went: %v", got)
+	}
+	nb, _ := pt.count(b)
+	removed := time.Now()
+	pt.waitProbe(t, a, removed, 10*time.Second)
+	_, last := pt.count(a)
+	pt.waitProbe(t, a, last, 10*time.Second)
+	if n, _ := pt.count(b); n > nb+1 {
+		t.Errorf("the address only the removed block named got %d probes since", n-nb)
+	}
+	if err := s.Reload(first + second); err != nil {
+		t.Fatal(err)
+	}
+	pt.waitProbe(t, b, time.Now(), 10*time.Second)
+	if got := targets(); len(got) != 2 {
+		t.Fatalf("after the first block came back: %v", got)
+	}
 }

@@ -367,10 +367,7 @@ func TestConfigMapCorefileServes(t *testing.T) {
 		for _, lo := range slices.Sorted(maps.Values(exampleToLoopback)) {
 			k := health.Key{Check: "web", Addr: netip.MustParseAddr(lo)}
 			for {
-				// Acquire finds the target the probe holds; the test's reference goes at once.
-				tg := health.Default.Acquire(k)
-				checked, st := tg.Checked(), tg.Status()
-				health.Default.Release(tg)
+				st, checked := coretest.OnBoard(health.Default, k)
 				if checked && st.State != health.Unknown {
 					if st.State != health.Healthy {
 						t.Errorf("%s: %s, want healthy", k, st.State)

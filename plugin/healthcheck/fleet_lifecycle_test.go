@@ -152,7 +152,7 @@ func TestFleetStartupUnreachableF4(t *testing.T) {
 		t.Fatalf("query: %v %v", r, err)
 	}
 	k := health.Key{Check: "tcp1", Addr: b.addr().Addr(), Port: b.addr().Port()}
-	waitFor(t, "the target decided alone", func() bool { st, _ := onBoard(health.Default, k); return st.State == health.Healthy })
+	waitFor(t, "the target decided alone", func() bool { st, _ := coretest.OnBoard(health.Default, k); return st.State == health.Healthy })
 	waitFor(t, "the log line saying why", func() bool {
 		return logs.Count("Fleet /test/unreachable (replica r1): not joined yet, probing and deciding alone") == 1
 	})

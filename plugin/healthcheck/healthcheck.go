@@ -25,6 +25,7 @@ type HealthCheck struct {
 	reg    *Registry
 	demand *health.Demand
 	group  *group // the blocks of the same Corefile instance
+	gen    uint64 // the instance's lifecycle.Generation: the newest writes the VIPs
 
 	cur atomic.Pointer[running] // set between OnStartup and OnShutdown
 

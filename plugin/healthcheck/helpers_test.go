@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
-	"github.com/coresteer/coresteer/plugin/pkg/health"
 
 	"go.uber.org/goleak"
 )
@@ -22,12 +21,4 @@ func probes(r *Registry) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.probes)
-}
-
-// onBoard returns the status of k on b and whether something publishes it. It holds k only
-// while it looks.
-func onBoard(b *health.Board, k health.Key) (health.Status, bool) {
-	t := b.Acquire(k)
-	defer b.Release(t)
-	return t.Status(), t.Checked()
 }

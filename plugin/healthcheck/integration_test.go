@@ -20,7 +20,7 @@ import (
 )
 
 func vipOnBoard(vip string) (health.State, bool) {
-	st, checked := onBoard(health.Default, health.Key{Addr: netip.MustParseAddr(vip)})
+	st, checked := coretest.OnBoard(health.Default, health.Key{Addr: netip.MustParseAddr(vip)})
 	return st.State, checked
 }
 
@@ -70,14 +70,20 @@ func TestLoadbalancerHC4(t *testing.T) {
 	}
 	b2.close() // 1/2 = 50 % < 60 %
 	waitFor(t, "VIP unhealthy", func() bool { st, _ := vipOnBoard("10.99.0.1"); return st == health.Unhealthy })
-	if st, _ := onBoard(health.Default, health.Key{Addr: netip.MustParseAddr("10.99.0.1")}); !strings.Contains(st.Reason, "1/2 backends healthy, threshold 60%") {
+	if st, _ := coretest.OnBoard(health.Default, health.Key{Addr: netip.MustParseAddr("10.99.0.1")}); !strings.Contains(st.Reason, "1/2 backends healthy, threshold 60%") {
 		t.Fatalf("reason %q", st.Reason)
 	}
 	listen(t, b2.addr().String())
 	waitFor(t, "VIP healthy again", func() bool { st, _ := vipOnBoard("10.99.0.1"); return st == health.Healthy })
 	s.Stop()
-	if _, checked := vipOnBoard("10.99.0.1"); checked {
-		t.Fatal("VIP still on the board after shutdown")
+	// H-6: nothing of the configuration is left on the board, VIPs and backends alike.
+	for _, k := range []health.Key{
+		{Addr: netip.MustParseAddr("10.99.0.1")}, {Addr: netip.MustParseAddr("10.99.0.2")},
+		{Check: "tcp1", Addr: b1.addr().Addr(), Port: b1.addr().Port()}, {Check: "tcp1", Addr: b2.addr().Addr(), Port: b2.addr().Port()},
+	} {
+		if coretest.Held(health.Default, k) {
+			t.Errorf("%v still held on the board after shutdown", k)
+		}
 	}
 	if n := probes(defaultRegistry); n != 0 {
 		t.Fatalf("%d probes after shutdown", n)
@@ -120,11 +126,11 @@ example.net:0 {
 	k2 := health.Key{Check: "tcp1", Addr: b2.addr().Addr(), Port: b2.addr().Port()}
 	// A VIP is decided before all its backends are (HC-4): wait for theirs too.
 	waitFor(t, "backends healthy", func() bool {
-		s1, _ := onBoard(health.Default, k1)
-		s2, _ := onBoard(health.Default, k2)
+		s1, _ := coretest.OnBoard(health.Default, k1)
+		s2, _ := coretest.OnBoard(health.Default, k2)
 		return s1.State == health.Healthy && s2.State == health.Healthy
 	})
-	st1, _ := onBoard(health.Default, k1)
+	st1, _ := coretest.OnBoard(health.Default, k1)
 	since := st1.Since
 
 	var mu sync.Mutex
@@ -161,19 +167,24 @@ example.net:0 {
 		t.Errorf("a reload changed the board: %+v", changes)
 	}
 	mu.Unlock()
-	if st, _ := onBoard(health.Default, k1); st.State != health.Healthy || !st.Since.Equal(since) {
+	if st, _ := coretest.OnBoard(health.Default, k1); st.State != health.Healthy || !st.Since.Equal(since) {
 		t.Fatalf("backend 1 after reloads: %+v, want healthy since %v", st, since)
 	}
 	// H-4: the removed backend is gone from the registry and the board at once.
 	if n := probes(defaultRegistry); n != 1 {
 		t.Fatalf("%d probes after removing a backend, want 1", n)
 	}
-	if _, checked := onBoard(health.Default, k2); checked {
-		t.Fatal("removed backend still probed on the board")
+	if coretest.Held(health.Default, k2) {
+		t.Fatal("removed backend still held on the board")
 	}
 	s.Stop()
 	if n := probes(defaultRegistry); n != 0 {
 		t.Fatalf("%d probes after shutdown", n)
+	}
+	for _, k := range []health.Key{k1, {Addr: netip.MustParseAddr("10.99.1.1")}, {Addr: netip.MustParseAddr("10.99.1.2")}} {
+		if coretest.Held(health.Default, k) {
+			t.Errorf("%v still held on the board after shutdown", k)
+		}
 	}
 }
 
@@ -233,8 +244,8 @@ func TestFailedReloadReleases(t *testing.T) {
 	if n := probes(defaultRegistry); n != 1 {
 		t.Fatalf("%d probes after a failed reload, want 1 (the old instance's)", n)
 	}
-	if _, checked := onBoard(health.Default, health.Key{Check: "tcp1", Addr: b2.addr().Addr(), Port: b2.addr().Port()}); checked {
-		t.Fatal("the failed instance's target is still probed on the board")
+	if coretest.Held(health.Default, health.Key{Check: "tcp1", Addr: b2.addr().Addr(), Port: b2.addr().Port()}) {
+		t.Fatal("the failed instance's target is still held on the board")
 	}
 	if st, checked := vipOnBoard("10.99.3.1"); st != health.Healthy || !checked {
 		t.Fatalf("old instance's VIP: %v %v", st, checked)

@@ -71,6 +71,9 @@ type vipState struct {
 	vip      *health.Target
 	writer   *lifecycle.Writer // this instance's turn to write the VIP (vipWriters)
 	backends []*health.Target
+	// rewrite is set when this instance becomes the newest writer again (a failed reload's
+	// instance left): its next derive writes what it computes even when that is Unknown.
+	rewrite atomic.Bool
 }
 
 // validate checks what setup could not: a load balancer may name a check of a server block
@@ -120,6 +123,9 @@ func (h *HealthCheck) OnStartup() error {
 		cr := newCheckRun(ch)
 		cr.fleet = fr
 		checkSeries.Hold(ch.Name)
+		for _, reg := range ch.Regions {
+			regionSeries.Hold(ch.Name, reg.Name)
+		}
 		// H-6: the one way a probe starts and stops. H-3: the Demand counts the consumers of one
 		// instance, the registry the instances.
 		run.serving = append(run.serving, h.demand.Serve(ch.Name, func(k health.Key) func() {
@@ -131,21 +137,14 @@ func (h *HealthCheck) OnStartup() error {
 			}
 		}))
 	}
-	for _, lb := range h.cfg.lbs {
-		v := &vipState{lb: lb, vip: h.board.Acquire(health.Key{Addr: lb.VIP})}
-		h.board.Publish(v.vip)
-		v.writer, _ = vipWriters.Join(v.vip, h.rederive)
-		vipSeries.Hold("", lb.VIP.String())
-		checkSeries.Hold("") // state_transitions_total of the VIPs
-		for _, k := range lb.keys() {
-			v.backends = append(v.backends, h.board.Acquire(k))
-			run.backends[k] = true
-			run.wants = append(run.wants, h.demand.Want(k))
+	if len(h.cfg.lbs) > 0 {
+		// Subscribe before the first derive, so a backend verdict that lands in between wakes
+		// the loop instead of being lost (the VIP would wait for the next change).
+		for _, lb := range h.cfg.lbs {
+			for _, k := range lb.keys() {
+				run.backends[k] = true
+			}
 		}
-		run.vips = append(run.vips, v)
-		h.derive(v)
-	}
-	if len(run.vips) > 0 {
 		run.kick = make(chan struct{}, 1)
 		run.quit = make(chan struct{})
 		run.done = make(chan struct{})
@@ -157,6 +156,24 @@ func (h *HealthCheck) OnStartup() error {
 				}
 			}
 		})
+	}
+	for _, lb := range h.cfg.lbs {
+		v := &vipState{lb: lb, vip: h.board.Acquire(health.Key{Addr: lb.VIP})}
+		h.board.Publish(v.vip)
+		v.writer = vipWriters.Join(v.vip, h.gen, func() {
+			v.rewrite.Store(true)
+			h.rederive()
+		})
+		vipSeries.Hold("", lb.VIP.String())
+		checkSeries.Hold("") // state_transitions_total of the VIPs
+		for _, k := range lb.keys() {
+			v.backends = append(v.backends, h.board.Acquire(k))
+			run.wants = append(run.wants, h.demand.Want(k))
+		}
+		run.vips = append(run.vips, v)
+		h.derive(v)
+	}
+	if len(run.vips) > 0 {
 		go h.loop(run)
 	}
 	return nil
@@ -189,11 +206,12 @@ func (h *HealthCheck) loop(run *running) {
 
 // derive sets the state of a VIP from its backends (HC-4), when this instance is the newest that
 // publishes it: during a reload the new configuration's backends decide. A VIP that had a verdict
-// keeps it while the backends without one could still change the outcome.
+// keeps it while the backends without one could still change the outcome, unless the verdict is
+// an abandoned newer instance's: then this instance's result stands, Unknown included (H-6).
 func (h *HealthCheck) derive(v *vipState) {
 	st, reason := v.lb.derive(v.backends)
 	v.writer.Write(func() {
-		if st != health.Unknown {
+		if rewrite := v.rewrite.Swap(false); st != health.Unknown || rewrite {
 			old := v.vip.Status()
 			if h.board.Set(v.vip, st, reason) {
 				transitions.WithLabelValues("", st.String()).Inc()
@@ -234,6 +252,9 @@ func (h *HealthCheck) OnShutdown() error {
 	}
 	for _, ch := range h.cfg.checks {
 		checkSeries.Release(ch.Name)
+		for _, reg := range ch.Regions {
+			regionSeries.Release(ch.Name, reg.Name)
+		}
 	}
 	if run.fleet != nil {
 		run.fleet.leave(run.fleetView)
@@ -242,8 +263,8 @@ func (h *HealthCheck) OnShutdown() error {
 	return nil
 }
 
-// rederive asks the VIP loop to derive every VIP of h again: a newer instance that wrote them
-// has left (a failed reload).
+// rederive asks the VIP loop to derive every VIP of h again: a newer instance that wrote one of
+// them has left (a failed reload).
 func (h *HealthCheck) rederive() {
 	if run := h.cur.Load(); run != nil && run.kick != nil {
 		select {

@@ -101,9 +101,11 @@ var (
 		fleetPublished.MetricVec, fleetReceived.MetricVec, fleetErrors.MetricVec, fleetFallback.MetricVec)
 )
 
-// The series of a check and of a VIP are held by the instances that configure them and deleted
-// with the last (H-6); the registry deletes the target_state series of a probe when it stops.
+// The series of a check, of a check's prober region and of a VIP are held by the instances that
+// configure them and deleted with the last (H-6); the registry deletes the target_state series of
+// a probe when it stops.
 var (
-	checkSeries = lifecycle.NewSeries([]string{"check"}, probesTotal.MetricVec, probeDuration.MetricVec, transitions.MetricVec)
-	vipSeries   = lifecycle.NewSeries([]string{"check", "target"}, targetState.MetricVec)
+	checkSeries  = lifecycle.NewSeries([]string{"check"}, transitions.MetricVec)
+	regionSeries = lifecycle.NewSeries([]string{"check", "region"}, probesTotal.MetricVec, probeDuration.MetricVec)
+	vipSeries    = lifecycle.NewSeries([]string{"check", "target"}, targetState.MetricVec)
 )

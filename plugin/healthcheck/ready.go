@@ -1,7 +1,14 @@
 package healthcheck
 
+import (
+	"slices"
+
+	"github.com/coresteer/coresteer/plugin/pkg/health"
+)
+
 // Ready implements the ready.Readiness interface: the block is ready when every target it probes
-// and every VIP it publishes has had a first verdict (H-2), unless ready_wait is off.
+// for a consumer that answers from it and every VIP it publishes has had a first verdict (H-2),
+// unless ready_wait is off.
 func (h *HealthCheck) Ready() bool {
 	if !h.cfg.readyWait {
 		return true
@@ -13,14 +20,19 @@ func (h *HealthCheck) Ready() bool {
 	if run.ready.Load() {
 		return true
 	}
+	// A target no consumer answers from (only a dry run wants it, P-6) does not count. The
+	// Demand is asked without run.mu held: it calls track with its own lock held.
 	run.mu.Lock()
+	var undecided []health.Key
 	for t := range run.bound {
 		if !t.Decided() {
-			run.mu.Unlock()
-			return false
+			undecided = append(undecided, t.Key())
 		}
 	}
 	run.mu.Unlock()
+	if slices.ContainsFunc(undecided, h.demand.Gates) {
+		return false
+	}
 	for _, v := range run.vips {
 		if !v.vip.Decided() {
 			return false

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/coredns/caddy"
+	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 	"github.com/coresteer/coresteer/plugin/pkg/health"
 )
 
@@ -59,13 +60,13 @@ func TestReadyH2(t *testing.T) {
 	if h.Ready() {
 		t.Fatal("ready before any verdict")
 	}
-	if _, checked := onBoard(b, ext); !checked {
+	if _, checked := coretest.OnBoard(b, ext); !checked {
 		t.Fatal("a consumer's wanted target is not published")
 	}
 	clk.Advance(5 * time.Second) // jitter is half the interval here
 	waitRounds(t, r, 3)
 	waitFor(t, "ready", h.Ready)
-	if st, _ := onBoard(b, health.Key{Addr: netip.MustParseAddr("10.0.0.100")}); st.State != health.Healthy {
+	if st, _ := coretest.OnBoard(b, health.Key{Addr: netip.MustParseAddr("10.0.0.100")}); st.State != health.Healthy {
 		t.Fatalf("VIP %v", st.State)
 	}
 

@@ -44,7 +44,7 @@ func setup(c *caddy.Controller) error {
 		// A check defined in a later server block is validated at startup, when every block has
 		// been set up; the backends are wanted at startup too.
 	}
-	h := &HealthCheck{cfg: cfg, board: health.Default, reg: defaultRegistry, demand: d, group: g}
+	h := &HealthCheck{cfg: cfg, board: health.Default, reg: defaultRegistry, demand: d, group: g, gen: lifecycle.Generation(c)}
 	g.add(h)
 
 	lifecycle.Hook(c, h.OnStartup, h.OnShutdown)

@@ -33,85 +33,139 @@ const (
 	retryRefresh = time.Second // after a failed refresh, the stale entry is kept this long
 )
 
+// fqdnEntry is the FQDN's addresses for one region. It holds one reference on its ranker, given
+// back when the entry leaves its slot (replaced, expired, or the block stops).
 type fqdnEntry struct {
 	addrs   []netip.Addr
 	rk      *ranker
-	held    map[netip.Addr]*health.Target // P-4: board entries of addrs, released with rk
 	refresh time.Time
 	expires time.Time
 }
 
 type fqdnCache struct {
-	slots      []atomic.Pointer[fqdnEntry] // index: region ID + 1
+	slots      []atomic.Pointer[fqdnEntry] // index: region ID + 1; read without locks
 	refreshing []atomic.Bool
 	mu         sync.Mutex // serializes cold lookups
+	swapMu     sync.Mutex // serializes writes to slots with stop
+	stopped    bool       // guarded by swapMu: no entry is installed any more
 }
 
 func newFQDNCache(regions int) *fqdnCache {
 	return &fqdnCache{slots: make([]atomic.Pointer[fqdnEntry], regions+1), refreshing: make([]atomic.Bool, regions+1)}
 }
 
-// fqdnRanker returns the candidate set for the FQDN's addresses as seen from region from.
+// fqdnRanker returns the candidate set for the FQDN's addresses as seen from region from,
+// acquired for the query: the caller releases it.
 func (o *Outbound) fqdnRanker(ctx context.Context, state request.Request, from region.ID) (*ranker, error) {
 	k := int(from) + 1
 	slot := &o.fq.slots[k]
-	e := slot.Load()
-	now := o.now()
-	if e != nil && now.Before(e.refresh) {
-		return e.rk, nil
-	}
-	if e != nil && now.Before(e.expires) {
-		// Refresh before expiry: one query does it, the others keep the current entry.
-		if !o.fq.refreshing[k].CompareAndSwap(false, true) {
-			return e.rk, nil
+	for {
+		e := slot.Load()
+		now := o.now()
+		switch {
+		case e != nil && now.Before(e.refresh):
+			if e.rk.acquire() {
+				return e.rk, nil
+			}
+			// The entry left its slot since the load: read it again.
+		case e != nil && now.Before(e.expires):
+			// Refresh before expiry: one query does it, the others keep the current entry.
+			if !o.fq.refreshing[k].CompareAndSwap(false, true) {
+				if e.rk.acquire() {
+					return e.rk, nil
+				}
+				continue
+			}
+			rk, ok := o.refreshFQDN(ctx, state, from, slot, e, now)
+			o.fq.refreshing[k].Store(false)
+			if ok {
+				return rk, nil
+			}
+		default:
+			if ctx.Value(selfLookupKey{}) != nil {
+				return nil, errSelfLoop // before locking: the outer lookup holds the lock
+			}
+			rk, ok, err := o.coldFQDN(ctx, state, from, slot, e)
+			if err != nil || ok {
+				return rk, err
+			}
 		}
-		defer o.fq.refreshing[k].Store(false)
-		ne, err := o.lookupFQDN(ctx, state, from, e)
-		if err != nil {
-			log.Warningf("Refreshing target %s for region %s failed, keeping %v: %v", o.fqdn, o.loc.Table.Name(from), e.addrs, err)
-			ne = &fqdnEntry{addrs: e.addrs, rk: e.rk, held: e.held, refresh: now.Add(retryRefresh), expires: e.expires}
-		}
-		return o.fq.swap(o, slot, e, ne), nil
 	}
-	if ctx.Value(selfLookupKey{}) != nil {
-		return nil, errSelfLoop // before locking: the outer lookup holds the lock
-	}
-	o.fq.mu.Lock()
-	defer o.fq.mu.Unlock()
-	if e2 := slot.Load(); e2 != e && e2 != nil && o.now().Before(e2.expires) {
-		return e2.rk, nil
-	}
+}
+
+// refreshFQDN looks the FQDN up again for the entry e; a failed lookup keeps e's addresses for
+// retryRefresh. ok is false when e left its slot meanwhile.
+func (o *Outbound) refreshFQDN(ctx context.Context, state request.Request, from region.ID, slot *atomic.Pointer[fqdnEntry], e *fqdnEntry, now time.Time) (*ranker, bool) {
 	ne, err := o.lookupFQDN(ctx, state, from, e)
 	if err != nil {
-		return nil, err
+		log.Warningf("Refreshing target %s for region %s failed, keeping %v: %v", o.fqdn, o.loc.Table.Name(from), e.addrs, err)
+		if !e.rk.acquire() {
+			return nil, false
+		}
+		ne = &fqdnEntry{addrs: e.addrs, rk: e.rk, refresh: now.Add(retryRefresh), expires: e.expires}
 	}
-	return o.fq.swap(o, slot, e, ne), nil
+	return o.fq.swap(slot, e, ne), true
 }
 
-// swap installs e in slot in place of old and returns the ranker in the slot. What the entry
-// that goes holds (its ranker's pairs, the board entries of its addresses) is given back, unless
-// the entry that stays carries it on (same addresses). When another query replaced old first, e
-// goes.
-func (fc *fqdnCache) swap(o *Outbound, slot *atomic.Pointer[fqdnEntry], old, e *fqdnEntry) *ranker {
-	if !slot.CompareAndSwap(old, e) {
-		if old == nil || e.rk != old.rk {
-			o.dropEntry(e)
-		}
-		if cur := slot.Load(); cur != nil {
-			return cur.rk
-		}
-		return old.rk
+// coldFQDN looks the FQDN up when the slot holds no usable entry (old, if any, expired). ok is
+// false when another query filled the slot first.
+func (o *Outbound) coldFQDN(ctx context.Context, state request.Request, from region.ID, slot *atomic.Pointer[fqdnEntry], old *fqdnEntry) (rk *ranker, ok bool, err error) {
+	o.fq.mu.Lock()
+	defer o.fq.mu.Unlock()
+	if e := slot.Load(); e != old {
+		return nil, false, nil
 	}
-	if old != nil && old.rk != e.rk {
-		o.dropEntry(old)
+	ne, err := o.lookupFQDN(ctx, state, from, old)
+	if err != nil {
+		return nil, false, err
 	}
-	return e.rk
+	return o.fq.swap(slot, old, ne), true, nil
 }
 
-func (o *Outbound) dropEntry(e *fqdnEntry) {
-	o.dropRanker(e.rk)
-	for _, t := range e.held {
-		o.board.Release(t)
+// swap installs e in slot in place of old, and returns e's ranker acquired for the caller's query.
+// The entry that leaves the slot gives back its reference: when another query replaced old first,
+// or after stop, that is e, which then serves only the caller's query.
+func (fc *fqdnCache) swap(slot *atomic.Pointer[fqdnEntry], old, e *fqdnEntry) *ranker {
+	rk := e.rk
+	rk.acquire() // e holds a reference: this cannot fail
+	fc.swapMu.Lock()
+	gone := e
+	if !fc.stopped && slot.CompareAndSwap(old, e) {
+		gone = old
+	}
+	fc.swapMu.Unlock()
+	if gone != nil {
+		gone.rk.release()
+	}
+	return rk
+}
+
+// prune gives back the entries that expired at now: no client of their region asked again, and
+// their addresses may not be the name's any more. They are neither probed nor published.
+func (fc *fqdnCache) prune(now time.Time) {
+	for i := range fc.slots {
+		e := fc.slots[i].Load()
+		if e == nil || now.Before(e.expires) {
+			continue
+		}
+		fc.swapMu.Lock()
+		gone := fc.slots[i].CompareAndSwap(e, nil)
+		fc.swapMu.Unlock()
+		if gone {
+			e.rk.release()
+		}
+	}
+}
+
+// stop gives back every entry; none is installed after it.
+func (fc *fqdnCache) stop() {
+	fc.swapMu.Lock()
+	fc.stopped = true
+	fc.swapMu.Unlock()
+	for i := range fc.slots {
+		if e := fc.slots[i].Swap(nil); e != nil {
+			e.rk.release()
+		}
 	}
 }
 
@@ -166,18 +220,18 @@ func (o *Outbound) lookupFQDN(ctx context.Context, state request.Request, from r
 	addrs = slices.Compact(addrs)
 	now := o.now()
 	e := &fqdnEntry{addrs: addrs, refresh: now.Add(time.Duration(float64(ttl) * refreshAt)), expires: now.Add(ttl)}
-	if prev != nil && slices.Equal(prev.addrs, addrs) {
-		e.rk, e.held = prev.rk, prev.held
-	} else {
-		targets := make([]netip.AddrPort, len(addrs))
-		e.held = make(map[netip.Addr]*health.Target, len(addrs))
-		for i, a := range addrs {
-			targets[i] = netip.AddrPortFrom(a, o.fqdnPort)
-			// P-4 holds for resolved targets too: a pschealth destination's state is seen.
-			e.held[a] = o.board.Acquire(health.Key{Addr: a})
-		}
-		e.rk = o.newRanker(targets, e.held, from)
+	if prev != nil && slices.Equal(prev.addrs, addrs) && prev.rk.acquire() {
+		e.rk = prev.rk
+		return e, nil
 	}
+	targets := make([]netip.AddrPort, len(addrs))
+	held := make(map[netip.Addr]*health.Target, len(addrs))
+	for i, a := range addrs {
+		targets[i] = netip.AddrPortFrom(a, o.fqdnPort)
+		// P-4 holds for resolved targets too: a pschealth destination's state is seen.
+		held[a] = o.board.Acquire(health.Key{Addr: a})
+	}
+	e.rk = o.newRanker(targets, held, from)
 	return e, nil
 }
 

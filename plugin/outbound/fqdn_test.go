@@ -87,10 +87,10 @@ func TestPublishedTargetHealth(t *testing.T) {
 	r1 := startResolver(t, "127.0.0.31")
 	r2 := startResolverPort(t, "127.0.0.32", r1.port())
 	o := newHandler(t, "outbound example. {\nto "+r1.addr+" "+r2.addr+"\nprivate 127.0.0.0/8\n}")
-	if len(o.held) != 2 {
-		t.Fatalf("held %v", o.held)
+	if len(o.rk.health) != 2 || o.rk.pairs[0].dst.Addr() != netip.MustParseAddr("127.0.0.31") {
+		t.Fatalf("health %v", o.rk.health)
 	}
-	dest := o.held[netip.MustParseAddr("127.0.0.31")]
+	dest := o.rk.health[0]
 	o.board.Publish(dest)
 	defer o.board.Unpublish(dest)
 	o.board.Set(dest, 2 /* Unhealthy */, "test")

@@ -1,6 +1,7 @@
 package outbound
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -28,6 +29,7 @@ const (
 
 // query is one client query's attempts through the ranked pairs.
 type query struct {
+	ctx          context.Context // the client's: once it is done, nothing more is tried
 	o            *Outbound
 	server, zone string
 	rk           *ranker
@@ -37,13 +39,16 @@ type query struct {
 	tcp          bool
 	deadline     time.Time
 
-	tried    [maxAttempts]int // pair indexes, in the order they were tried
-	n        int
-	failedEP []*Endpoint      // endpoints of attempts that got no reply
-	rcodeDst []netip.AddrPort // targets that answered SERVFAIL or REFUSED
-	errReply result           // the first of those replies: the client gets it if nothing better comes
-	after    int              // attempts started after errReply came
-	lastErr  error
+	tried [maxAttempts]int // pair indexes, in the order they were tried
+	n     int
+	// Endpoints and targets of attempts without a reply in their time (timed out or failed):
+	// suspect when the next pair is chosen, not for ranking.
+	suspectEP  []*Endpoint
+	suspectDst []netip.AddrPort
+	rcodeDst   []netip.AddrPort // targets that answered SERVFAIL or REFUSED
+	errReply   result           // the first of those replies: the client gets it if nothing better comes
+	after      int              // attempts started after errReply came
+	lastErr    error
 }
 
 // result is a reply of the query's nth attempt, through pair rk.pairs[i], size bytes on the wire.
@@ -91,6 +96,7 @@ func (x *query) run() result {
 func (x *query) hedged(first *attempt) result {
 	h := new(query) // the goroutines share it; x stays on the caller's stack
 	*h = *x
+	defer func() { *x = *h }() // for x.err
 	done := make(chan *attempt, maxAttempts)
 	var pending []*attempt
 	listen := func(a *attempt, send bool) {
@@ -116,10 +122,23 @@ func (x *query) hedged(first *attempt) result {
 	defer timer.Stop()
 	// Every attempt that ends without the answer re-arms the timer, so a pair that may still be
 	// tried is tried even when nothing is pending.
+	stop := func(res result) result {
+		for _, b := range pending {
+			b.cancel()
+		}
+		res.cancelled, res.done = pending, done
+		return res
+	}
 	for len(pending) > 0 || h.canStart() {
 		select {
 		case <-timer.C:
 			if h.canStart() {
+				now := time.Now()
+				for _, b := range pending {
+					if !now.Before(b.hedge) {
+						h.suspect(b.p)
+					}
+				}
 				a := new(attempt)
 				h.begin(a)
 				listen(a, true)
@@ -128,51 +147,68 @@ func (x *query) hedged(first *attempt) result {
 		case a := <-done:
 			pending = slices.DeleteFunc(pending, func(b *attempt) bool { return b == a })
 			if h.settle(a) {
-				for _, b := range pending {
-					b.cancel()
-				}
-				res := h.result(a)
-				res.cancelled, res.done = pending, done
-				return res
+				return stop(h.result(a))
+			}
+			if h.errReply.m != nil && !h.canStart() && !slices.ContainsFunc(pending, func(b *attempt) bool { return !slices.Contains(h.rcodeDst, b.p.dst) }) {
+				// The resolvers still listened to already said SERVFAIL or REFUSED about the
+				// name, and nothing else may be tried: their error reply is the answer.
+				return stop(h.errReply)
 			}
 			timer.Reset(0) // a failure, or an error rcode: the next pair may go now
+		case <-h.ctx.Done():
+			return stop(h.errReply)
 		}
 	}
 	return h.errReply
 }
 
-// canStart reports whether another attempt may start: a pair is left, the bound and the deadline
-// allow it.
+// canStart reports whether another attempt may start: the client still waits, a pair is left, the
+// bound and the deadline allow it.
 func (x *query) canStart() bool {
-	return x.n < maxAttempts && x.next() >= 0 && time.Now().Before(x.deadline)
+	return x.ctx.Err() == nil && x.n < maxAttempts && x.next() >= 0 && time.Now().Before(x.deadline)
 }
 
-// next returns the best-ranked pair not tried yet, or -1. After a failure without a reply it
-// prefers a pair whose endpoint has not failed in this query (O-6: the next endpoint, not the same
-// dead path to another target). After an error rcode only one more pair is tried, towards another
-// target: the same resolver would say the same about the name, and a fan-out through every
-// endpoint would only load it (README, "Failover and hedging").
+// next returns the pair to try next, or -1. After an attempt got no reply in its time, its endpoint
+// and its target are suspect: the best-ranked pair not tried yet that differs from them in both is
+// preferred, then one with another endpoint, then any (O-6: the next endpoint, not the same dead
+// path to another target, nor another path to a frozen resolver). After an error rcode only one more
+// pair is tried, towards another target: the same resolver would say the same about the name, and a
+// fan-out through every endpoint would only load it (README, "Failover and hedging").
 func (x *query) next() int {
 	if x.errReply.m != nil && x.after > 0 {
 		return -1
 	}
-	first := -1
+	best, bestScore := -1, -1
 	for _, i := range x.order {
 		p := x.rk.pairs[i]
 		if slices.Contains(x.tried[:x.n], i) || slices.Contains(x.rcodeDst, p.dst) {
 			continue
 		}
-		if x.errReply.m != nil {
+		score := 0
+		if !slices.Contains(x.suspectEP, p.ep) {
+			score = 1
+			if !slices.Contains(x.suspectDst, p.dst) {
+				score = 2
+			}
+		}
+		if score == 2 || x.errReply.m != nil {
 			return i
 		}
-		if first < 0 {
-			first = i
-		}
-		if !slices.Contains(x.failedEP, p.ep) {
-			return i
+		if score > bestScore {
+			best, bestScore = i, score
 		}
 	}
-	return first
+	return best
+}
+
+// suspect marks the endpoint and the target of p, whose attempt got no reply in its time.
+func (x *query) suspect(p *pair) {
+	if !slices.Contains(x.suspectEP, p.ep) {
+		x.suspectEP = append(x.suspectEP, p.ep)
+	}
+	if !slices.Contains(x.suspectDst, p.dst) {
+		x.suspectDst = append(x.suspectDst, p.dst)
+	}
 }
 
 // begin prepares attempt a through the next pair.
@@ -225,8 +261,8 @@ func (x *query) finish(a *attempt) {
 	p := a.p
 	requestCount.WithLabelValues(x.server, x.zone, p.ep.Name, p.dstStr, rc).Inc()
 	requestDuration.WithLabelValues(x.server, x.zone, p.ep.Name).Observe(now.Sub(a.start).Seconds())
-	// A socket pool closed under us (this instance is shutting down after a reload) says
-	// nothing about the path: ranking state outlives us.
+	// A socket pool closed under us says nothing about the path. (The query holds its ranker,
+	// so its pairs stay open until it ends; this guards the ranking state all the same.)
 	if rc == "cancelled" || errors.Is(a.err, errClosed) {
 		return
 	}
@@ -246,7 +282,7 @@ func (x *query) settle(a *attempt) bool {
 			x.errReply = x.result(a)
 		}
 	default:
-		x.failedEP = append(x.failedEP, a.p.ep)
+		x.suspect(a.p)
 		x.lastErr = fmt.Errorf("endpoint %s to %s: %w", a.p.ep.Name, a.p.dstStr, a.err)
 	}
 	return false
@@ -258,6 +294,9 @@ func (x *query) result(a *attempt) result {
 
 // err says, for the log, why no resolver answered.
 func (x *query) err() error {
+	if err := x.ctx.Err(); err != nil {
+		return fmt.Errorf("the client went away after %d attempts: %w", x.n, err)
+	}
 	if x.lastErr == nil {
 		return errors.New("no time left before the deadline")
 	}

@@ -114,11 +114,14 @@ func TestRefusingPathDemotedByProbes(t *testing.T) {
 	r := startResolver(t, "127.0.0.50")
 	r.refuseSource(netip.MustParseAddr("127.0.0.11"))
 	o := newHandler(t, twoPaths(r.addr, ""))
+	clk := &fakeClock{t: time.Now()}
+	o.now = clk.now
 	if m, ep := serveMeta(t, o, "a.example."); m.Rcode != dns.RcodeRefused || ep != "eu" {
 		t.Fatalf("first query: %s through %q", dns.RcodeToString[m.Rcode], ep)
 	}
 	for range demoteAfter {
-		o.explore(nil)
+		exploreRound(o)
+		clk.advance(2 * exploreEvery) // the next period
 	}
 	if m, ep := serveMeta(t, o, "b.example."); m.Rcode != dns.RcodeSuccess || ep != "us" {
 		t.Errorf("O-5: after its probes were refused the query went through %q (%s), want us", ep, dns.RcodeToString[m.Rcode])
@@ -176,5 +179,72 @@ func TestHedgingRaces(t *testing.T) {
 			p.mu.Unlock()
 		}
 		failGen.Add(1)
+	}
+}
+
+// O-6/O-10: a resolver that takes 1 s to answer SERVFAIL (its own recursion timed out: common),
+// reached through eu; the path through us is cut. The hedge to us goes out at 500 ms; eu's
+// SERVFAIL comes at 1 s; the README says another endpoint to the same resolver "would say the same
+// about the name", yet the query keeps waiting on the silent hedge to the same resolver until the
+// 4 s deadline before giving the client the SERVFAIL it had at 1 s. forward answers at 1 s.
+func TestO10ErrorReplyNotHeldByHedgeToSameResolver(t *testing.T) {
+	r := startResolver(t, "127.0.0.50")
+	r.setMode(modeServfailEDE)
+	r.slowDown(netip.MustParseAddr("127.0.0.11"), time.Second)
+	r.drop(netip.MustParseAddr("127.0.0.12"))
+	o := newHandler(t, twoPaths(r.addr, "timeout 4s"))
+	m := new(dns.Msg)
+	m.SetQuestion("broken.example.", dns.TypeA)
+	m.SetEdns0(1232, false)
+	start := time.Now()
+	rec := dnstest.NewRecorder(&test.ResponseWriter{})
+	o.ServeDNS(context.Background(), rec, m)
+	took := time.Since(start)
+	if rec.Msg == nil || rec.Msg.Rcode != dns.RcodeServerFailure || edeOf(rec.Msg) == nil || edeOf(rec.Msg).InfoCode != dns.ExtendedErrorCodeDNSBogus {
+		t.Fatalf("want the resolver's SERVFAIL + EDE 6, got %v", rec.Msg)
+	}
+	if took > 2*time.Second {
+		t.Errorf("O-10: the resolver's SERVFAIL came at ~1 s, the client got it after %v (waiting on a hedge to the same resolver)", took)
+	}
+}
+
+// O-6 ("if the best endpoint fails, the next one is tried"): two endpoints, two resolvers, the eu
+// path cut (eu's source is dropped by both). The hedge after eu's first timeout must go through us:
+// a timed-out attempt's endpoint is suspect when the next pair is chosen, else the hedge goes to
+// eu's other pair, which is cut too, and us is reached only at the second hedge.
+func TestO6HedgeAfterTimeoutPrefersAnotherEndpoint(t *testing.T) {
+	r1 := startResolver(t, "127.0.0.31")
+	r2 := startResolverPort(t, "127.0.0.32", r1.port())
+	for _, r := range []*resolver{r1, r2} {
+		r.drop(netip.MustParseAddr("127.0.0.11"))
+	}
+	o := newHandler(t, "outbound example. {\nto "+r1.addr+" "+r2.addr+"\nprivate 127.0.0.0/8\nendpoint eu europe-west1 127.0.0.11\nendpoint us us-east1 127.0.0.12\nregion europe-west1\ntimeout 3s\n}")
+	start := time.Now()
+	m, ep := serveMeta(t, o, "cut.example.")
+	took := time.Since(start)
+	if m.Rcode != dns.RcodeSuccess || ep != "us" {
+		t.Fatalf("%s through %q", dns.RcodeToString[m.Rcode], ep)
+	}
+	if took >= 2*attemptMin {
+		t.Errorf("O-6: the eu path was cut; the answer through us took %v (two attempt times; one is 500 ms): the hedge went through eu to the other resolver first", took)
+	}
+}
+
+// Context: forward stops trying upstreams once the request's context is done (ctx.Err() in its
+// loop); outbound keeps hedging. The client is gone after 50 ms, yet the query goes on to the
+// next pair (the hedge) and the handler runs until the 3 s deadline.
+func TestO6CancelledContextStops(t *testing.T) {
+	r := startResolver(t, "127.0.0.50")
+	r.setMode(modeSilent)
+	o := newHandler(t, twoPaths(r.addr, "timeout 3s"))
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(50*time.Millisecond, cancel)
+	m := new(dns.Msg)
+	m.SetQuestion("gone.example.", dns.TypeA)
+	start := time.Now()
+	o.ServeDNS(ctx, dnstest.NewRecorder(&test.ResponseWriter{}), m)
+	took := time.Since(start)
+	if n := r.asked("gone.example."); n > 1 || took > time.Second {
+		t.Errorf("after the context was cancelled: %d queries sent, handler returned after %v", n, took)
 	}
 }

@@ -1,10 +1,15 @@
 package outbound
 
 import (
+	"fmt"
+	"net/netip"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 
+	"github.com/miekg/dns"
 	"go.uber.org/goleak"
 )
 
@@ -34,4 +39,94 @@ func TestReloadNoLeak(t *testing.T) {
 	mustQuery(t, s, "127.0.1.1", "c.example.")
 	s.Stop()
 	goleak.VerifyNone(t, append(coretest.ServerLoops(), snapshot)...)
+}
+
+// H-6 across a reload: the old instance's series of a zone the reload removes are deleted at its
+// shutdown, but a query still in flight in the old instance (its timeout is longer than the 5 s
+// CoreDNS waits for in-flight queries) records its attempt afterwards and re-creates them.
+func TestH6InflightQueryAfterReload(t *testing.T) {
+	r := startResolver(t, "127.0.0.50")
+	r.setDelay(5500 * time.Millisecond) // past dnsserver's 5 s grace
+	keep := "keep.example.:0 {\n\tbind 127.0.0.1\n\twhoami\n}\n"
+	gone := "gone.example.:0 {\n\tbind 127.0.0.1\n\toutbound {\n\t\tto " + r.addr + "\n\t\tprivate 127.0.0.0/8\n\t\ttimeout 10s\n\t}\n}\n"
+	s := coretest.Start(t, keep+gone)
+	done := make(chan error, 1)
+	go func() {
+		c := &dns.Client{Timeout: 7 * time.Second}
+		m := new(dns.Msg)
+		m.SetQuestion("slow.gone.example.", dns.TypeA)
+		_, _, err := c.Exchange(m, s.UDP)
+		done <- err
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for r.asked("slow.gone.example.") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the query never reached the resolver")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := s.Reload(keep); err != nil {
+		t.Fatal(err)
+	}
+	zone := map[string]string{"zone": "gone.example."}
+	if n := seriesCount(t, zone); n != 0 {
+		t.Logf("%d series of gone.example. right after the reload", n)
+	}
+	<-done
+	// The old instance's handler records its attempt when the resolver answers.
+	deadline = time.Now().Add(3 * time.Second)
+	for seriesCount(t, zone) == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := seriesCount(t, zone); n != 0 {
+		t.Errorf("H-6: %d series of gone.example., a zone the live Corefile no longer has, are exported after the old instance's in-flight query ended", n)
+	}
+}
+
+// Shutdown mid-query: hedged queries in flight when the block stops (a reload) finish, leave no
+// goroutine behind and race with nothing (run with -race).
+func TestH6StopMidHedge(t *testing.T) {
+	r := startResolver(t, "127.0.0.50")
+	r.slowDown(netip.MustParseAddr("127.0.0.11"), 700*time.Millisecond)
+	r.slowDown(netip.MustParseAddr("127.0.0.12"), 700*time.Millisecond)
+	o := newHandler(t, twoPaths(r.addr, "timeout 2s"))
+	o.start()
+	snapshot := goleakSnapshot()
+	var wg sync.WaitGroup
+	rcodes := make([]int, 30)
+	for i := range rcodes {
+		wg.Go(func() {
+			m, _ := serveMeta(t, o, fmt.Sprintf("s%d.example.", i))
+			rcodes[i] = m.Rcode
+		})
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for r.count("127.0.0.12") < len(rcodes) { // every query's hedge is out
+		if time.Now().After(deadline) {
+			t.Fatalf("%d hedges reached the resolver", r.count("127.0.0.12"))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	o.stop()
+	wg.Wait()
+	t.Logf("rcodes after a stop mid-hedge: %v", rcodes)
+	goleakVerify(t, snapshot)
+}
+
+func goleakSnapshot() goleak.Option { return goleak.IgnoreCurrent() }
+
+func goleakVerify(t *testing.T, snapshot goleak.Option) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		err := goleak.Find(snapshot, goleak.IgnoreAnyFunction("github.com/miekg/dns.(*Server).serveUDPPacket"), goleak.IgnoreAnyFunction("time.Sleep"))
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Error(err)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

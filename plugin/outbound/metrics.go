@@ -3,10 +3,10 @@ package outbound
 import (
 	"net"
 	"strconv"
-	"sync"
 
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
+	"github.com/coresteer/coresteer/plugin/pkg/lifecycle"
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
@@ -77,45 +77,40 @@ var (
 		Name:      "probes_total",
 		Help:      "Counter of exploration probes sent through an endpoint to a target, by result.",
 	}, []string{"server", "zone", "endpoint", "target", "result"})
-
-	vecs = []interface{ DeletePartialMatch(prometheus.Labels) int }{
-		requestCount, requestDuration, rankGauge, upGauge, failoverCount, recoveryCount, allFailedCount, rejectCount, probeCount,
-	}
 )
 
-// seriesKey names the series of every metric whose labels include its non-empty ones: a zone,
-// an endpoint of a zone, a pair of a zone, the rank of a pair for a region.
-type seriesKey struct{ server, zone, region, endpoint, target string }
+// The series of every metric, held through plugin/pkg/lifecycle (H-6): by the block, for its zones
+// and endpoints, and by each ranker, for its zones, endpoints, pairs and their rank. A reload
+// starts the new instance before the old one stops, zones and endpoints may be shared between
+// blocks, and a query in flight holds its ranker: a series is deleted when the last user of what it
+// describes lets go, never before, and not made again after.
+var (
+	zoneSeries     = lifecycle.NewSeries([]string{"server", "zone"}, allVecs()...)
+	endpointSeries = lifecycle.NewSeries([]string{"server", "zone", "endpoint"}, allVecs()...)
+	pairSeries     = lifecycle.NewSeries([]string{"server", "zone", "endpoint", "target"}, allVecs()...)
+	rankSeries     = lifecycle.NewSeries([]string{"server", "zone", "region", "endpoint", "target"}, rankGauge.MetricVec)
+)
 
-// series counts the users of each key. A reload starts the new instance before the old one
-// stops, and zones and endpoints may be shared between blocks: series are deleted when the last
-// user of what they describe lets go, never before.
-var series = struct {
-	sync.Mutex
-	refs map[seriesKey]int
-}{refs: map[seriesKey]int{}}
-
-func retainSeries(k seriesKey) {
-	series.Lock()
-	series.refs[k]++
-	series.Unlock()
+func allVecs() []*prometheus.MetricVec {
+	return []*prometheus.MetricVec{requestCount.MetricVec, requestDuration.MetricVec, rankGauge.MetricVec, upGauge.MetricVec,
+		failoverCount.MetricVec, recoveryCount.MetricVec, allFailedCount.MetricVec, rejectCount.MetricVec, probeCount.MetricVec}
 }
 
-func releaseSeries(k seriesKey) {
-	series.Lock()
-	defer series.Unlock()
-	if series.refs[k]--; series.refs[k] > 0 {
-		return
+// held is a series held: Series and the values that name it.
+type held struct {
+	s *lifecycle.Series
+	v []string
+}
+
+func holdAll(hs []held) {
+	for _, h := range hs {
+		h.s.Hold(h.v...)
 	}
-	delete(series.refs, k)
-	l := prometheus.Labels{"server": k.server, "zone": k.zone}
-	for name, v := range map[string]string{"region": k.region, "endpoint": k.endpoint, "target": k.target} {
-		if v != "" {
-			l[name] = v
-		}
-	}
-	for _, v := range vecs {
-		v.DeletePartialMatch(l)
+}
+
+func releaseAll(hs []held) {
+	for _, h := range hs {
+		h.s.Release(h.v...)
 	}
 }
 
@@ -140,7 +135,9 @@ func serverLabels(cfg *dnsserver.Config) []string {
 // for queries from the server's region, and for an FQDN target from every region it was resolved
 // for. The rankers hold these series (startup.go).
 func (o *Outbound) publish() {
-	for _, rk := range o.rankers() {
+	rks := o.rankers()
+	defer releaseRankers(rks)
+	for _, rk := range rks {
 		region := o.loc.Table.Name(rk.from)
 		for pos, i := range rk.order(rk.from).order {
 			p := rk.pairs[i]

@@ -111,7 +111,7 @@ func TestMetrics(t *testing.T) {
 	// Probes, up/down and rank after an exploration round.
 	r.setMode(modeAnswer)
 	p0 := base("coredns_outbound_probes_total", map[string]string{"endpoint": "m-eu"})
-	o.explore(nil)
+	exploreRound(o)
 	if d := base("coredns_outbound_probes_total", map[string]string{"endpoint": "m-eu"}) - p0; d < 1 {
 		t.Errorf("probes_total did not move")
 	}

@@ -38,7 +38,10 @@ const (
 	defaultMaxConcurrent = 1000
 )
 
-var errLimit = errors.New("outbound: too many concurrent queries")
+var (
+	errLimit   = errors.New("outbound: too many concurrent queries")
+	errStopped = errors.New("the block stopped (a reload)")
+)
 
 // Outbound is the handler of one outbound block.
 type Outbound struct {
@@ -57,6 +60,7 @@ type Outbound struct {
 	forceTCP      bool
 	maxConcurrent int64
 	probeQ        dns.Question // the fixed question of exploration probes (O-6)
+	probeWire     []byte       // probeQ packed
 	cfg           *dnsserver.Config
 
 	now   func() time.Time
@@ -67,13 +71,13 @@ type Outbound struct {
 	rk        *ranker // static targets; nil with an FQDN target
 	fq        *fqdnCache
 	lookup    func(context.Context, request.Request, string) (*dns.Msg, error) // nil: selfLookup
-	held      map[netip.Addr]*health.Target                                    // P-4: targets whose health a destination publishes
-	series    []seriesKey                                                      // the zones and endpoints whose series this block uses
+	series    []held                                                           // the series of its zones and endpoints
 	inflight  atomic.Int64
 	bound     bool // bind took what stop gives back
 
 	stopc   chan struct{}
 	wg      sync.WaitGroup
+	probes  probes
 	started atomic.Bool
 
 	Next plugin.Handler
@@ -143,7 +147,7 @@ func (o *Outbound) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 		n := o.inflight.Add(1)
 		defer o.inflight.Add(-1)
 		if n > o.maxConcurrent {
-			rejectCount.WithLabelValues(server, zone).Inc()
+			zoneSeries.Use(func() { rejectCount.WithLabelValues(server, zone).Inc() }, server, zone)
 			return dns.RcodeRefused, errLimit
 		}
 	}
@@ -155,15 +159,19 @@ func (o *Outbound) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 		deadline = d
 	}
 
-	rk := o.rk
+	// The query holds its ranker until its last attempt has recorded its outcome (H-6).
+	rk, code, err := o.rk, dns.ExtendedErrorCodeNetworkError, errStopped
 	if o.fq != nil {
-		var err error
 		rk, err = o.fqdnRanker(ctx, state, from)
-		if err != nil {
-			allFailedCount.WithLabelValues(server, zone).Inc()
-			return o.servfail(w, r, dns.ExtendedErrorCodeNoReachableAuthority, err)
-		}
+		code = dns.ExtendedErrorCodeNoReachableAuthority
+	} else if rk.acquire() {
+		err = nil
 	}
+	if err != nil {
+		zoneSeries.Use(func() { allFailedCount.WithLabelValues(server, zone).Inc() }, server, zone)
+		return o.servfail(w, r, code, err)
+	}
+	defer rk.release()
 	rank := rk.order(from)
 
 	// Pack once; each send writes a fresh ID into the wire (O-10). EDNS0 is kept with our
@@ -184,7 +192,7 @@ func (o *Outbound) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 		return dns.RcodeFormatError, err
 	}
 	udp := state.Proto() == "udp"
-	x := query{o: o, server: server, zone: zone, rk: rk, order: rank.order, q: r.Question[0], wire: wire,
+	x := query{ctx: ctx, o: o, server: server, zone: zone, rk: rk, order: rank.order, q: r.Question[0], wire: wire,
 		tcp: o.forceTCP || !udp, deadline: deadline}
 	res := x.run()
 	defer res.drain()

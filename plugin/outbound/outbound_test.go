@@ -115,7 +115,7 @@ func TestFailoverAndRecovery(t *testing.T) {
 			t.Fatalf("O-6: query %d after the path died: %s", i, dns.RcodeToString[m.Rcode])
 		}
 	}
-	if n := r.count("127.0.0.12"); n != 10 {
+	if n := r.count("127.0.0.12"); n < 10 { // more: the prober's probes through us
 		t.Errorf("O-6: us answered %d of 10 after failover (sources %v)", n, r.sourceSet())
 	}
 	r.undrop(blocked)

@@ -27,6 +27,7 @@ type outcomes struct {
 	lastSample time.Time
 	consec     int  // failures since the last success
 	due        bool // an error rcode asks for a probe (README, "Ranking")
+	nextProbe  time.Time
 	down       bool
 }
 

@@ -2,6 +2,7 @@ package outbound
 
 import (
 	"errors"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -10,84 +11,144 @@ import (
 )
 
 // Exploration (O-6): a demoted pair is re-tested by probes sent through its own source, outside
-// client traffic, so a client never waits on a path that is still dead. Every exploreEvery, each
-// pair whose last outcome was a failure, whose success ratio is below band 0 (so a recovered pair
-// earns back its ratio), or which answered a client with SERVFAIL or REFUSED, and each pair nobody
-// used for staleAfter (so latency data exists for every pair, O-5), gets one probe, however many
-// they are: all at once, each within probeTimeout. A probe asks the fixed probe question (`probe`,
-// default the zone apex SOA), which the resolver is expected to answer: SERVFAIL or REFUSED to it
-// is a failure of the path.
+// client traffic, so a client never waits on a path that is still dead. A pair needs probing when
+// its last outcome was a failure, its success ratio is below band 0 (so a recovered pair earns back
+// its ratio), it answered a client with SERVFAIL or REFUSED, or nobody used it for staleAfter (so
+// latency data exists for every pair, O-5). Such a pair is probed about every exploreEvery: each
+// probe sets the pair's next probe time a period ahead, with jitter, so pairs that went down
+// together spread over the period. At most probeCap probes are in flight per block, each within
+// probeTimeout; the prober looks for due pairs every exploreTick and starts the most overdue first,
+// so however many pairs are dead, each is probed in turn: within its period while the due pairs
+// fit in the cap, and every ceil(due / probeCap) timeouts when more than that are silent. A probe
+// asks the fixed probe question (`probe`, default the zone apex SOA), which the resolver is
+// expected to answer: SERVFAIL or REFUSED to it is a failure of the path.
 const (
 	exploreEvery = time.Second
+	exploreTick  = exploreEvery / 10
+	probeJitter  = 0.1 // the period varies by up to this share either way
+	probeCap     = 64
 	staleAfter   = 30 * time.Second
 	probeTimeout = time.Second
 )
 
+// probes are the probes of one block in flight.
+type probes struct {
+	mu   sync.Mutex
+	live map[*attempt]bool
+	wg   sync.WaitGroup
+}
+
 func (o *Outbound) exploreLoop(stop <-chan struct{}) {
 	defer o.wg.Done()
-	t := time.NewTicker(exploreEvery)
+	t := time.NewTicker(exploreTick)
 	defer t.Stop()
-	for {
+	for tick := 1; ; tick++ {
 		select {
 		case <-stop:
 			return
 		case <-t.C:
-			o.explore(stop)
+			o.explore()
+			if tick%int(exploreEvery/exploreTick) == 0 {
+				o.publish()
+			}
 		}
 	}
 }
 
-// explore sends this round's probes, waits for them (a shutdown cuts them short) and publishes
-// the rank and up gauges. Tests call it directly with a fake clock.
-func (o *Outbound) explore(stop <-chan struct{}) {
+// explore gives back expired FQDN entries and starts the probes that are due, up to probeCap in
+// flight, the most overdue first. It does not wait for them. Tests call it directly with a fake
+// clock.
+func (o *Outbound) explore() {
 	now := o.now()
-	m := new(dns.Msg)
-	m.SetQuestion(o.probeQ.Name, o.probeQ.Qtype)
-	m.SetEdns0(udpBufSize, false)
-	wire, err := m.Pack()
-	if err != nil {
-		return
+	if o.fq != nil {
+		o.fq.prune(now)
+	}
+	type due struct {
+		p  *pair
+		rk *ranker
+		at time.Time
 	}
 	var (
-		wg     sync.WaitGroup
-		probes []*attempt
-		seen   = map[*pair]bool{}
+		cands []due
+		seen  = map[*pair]bool{}
 	)
-	for _, rk := range o.rankers() {
+	rks := o.rankers()
+	defer releaseRankers(rks)
+	for _, rk := range rks {
 		for _, p := range rk.pairs {
-			if seen[p] {
+			if seen[p] || p.probing.Load() {
 				continue
 			}
 			seen[p] = true
-			ratio, _, last, consec, due := p.stats(now)
-			if !due && consec == 0 && failBand(ratio) == 0 && !last.IsZero() && now.Sub(last) < staleAfter {
-				continue
+			if at, ok := p.probeDue(now); ok {
+				cands = append(cands, due{p, rk, at})
 			}
-			if !p.probing.CompareAndSwap(false, true) {
-				continue // another zone sharing this endpoint probes it
-			}
-			a := &attempt{p: p, q: o.probeQ, wire: slices.Clone(wire), tcp: o.forceTCP, ctl: &attemptCtl{}}
-			probes = append(probes, a)
-			wg.Go(func() {
-				defer p.probing.Store(false)
-				o.probe(a)
-			})
 		}
 	}
-	finished := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(finished)
-	}()
-	select {
-	case <-finished:
-	case <-stop:
-		for _, a := range probes {
-			a.cancel()
-		}
-		<-finished
+	slices.SortStableFunc(cands, func(a, b due) int { return a.at.Compare(b.at) })
+	o.probes.mu.Lock()
+	defer o.probes.mu.Unlock()
+	if o.probes.live == nil {
+		o.probes.live = make(map[*attempt]bool)
 	}
-	o.publish()
+	for _, c := range cands {
+		if len(o.probes.live) >= probeCap {
+			break
+		}
+		if !c.p.probing.CompareAndSwap(false, true) {
+			continue // another zone sharing this endpoint probes it
+		}
+		c.rk.acquire() // explore holds it: this cannot fail
+		c.p.probed(now)
+		a := &attempt{p: c.p, q: o.probeQ, wire: slices.Clone(o.probeWire), tcp: o.forceTCP, ctl: &attemptCtl{}}
+		o.probes.live[a] = true
+		o.probes.wg.Go(func() {
+			o.probe(a)
+			c.p.probing.Store(false)
+			c.rk.release()
+			o.probes.mu.Lock()
+			delete(o.probes.live, a)
+			o.probes.mu.Unlock()
+		})
+	}
+}
+
+// stopProbes cancels the probes in flight and waits for them.
+func (o *Outbound) stopProbes() {
+	o.probes.mu.Lock()
+	for a := range o.probes.live {
+		a.cancel()
+	}
+	o.probes.mu.Unlock()
+	o.probes.wg.Wait()
+}
+
+// probeDue reports whether p needs a probe at now, and since when it is due.
+func (p *pair) probeDue(now time.Time) (time.Time, bool) {
+	ratio, _, last, consec, due := p.stats(now)
+	if !due && consec == 0 && failBand(ratio) == 0 && !last.IsZero() && now.Sub(last) < staleAfter {
+		return time.Time{}, false
+	}
+	p.mu.Lock()
+	next := p.nextProbe
+	p.mu.Unlock()
+	return next, !now.Before(next)
+}
+
+// probed sets the next probe time of p, a period from now with jitter.
+func (p *pair) probed(now time.Time) {
+	d := time.Duration(float64(exploreEvery) * (1 + probeJitter*(2*rand.Float64()-1))) //nolint:gosec // jitter, not a secret
+	p.mu.Lock()
+	p.nextProbe = now.Add(d)
+	p.mu.Unlock()
+}
+
+// probeMsg packs the probe question.
+func probeMsg(q dns.Question) ([]byte, error) {
+	m := new(dns.Msg)
+	m.SetQuestion(q.Name, q.Qtype)
+	m.SetEdns0(udpBufSize, false)
+	return m.Pack()
 }
 
 // probe sends one probe and records its outcome.

@@ -239,7 +239,12 @@ type ranker struct {
 	now     func() time.Time
 	health  []*health.Target // per pair, the board entry of its target; nil entries are unchecked
 	from    region.ID        // the region whose rank it publishes (metrics.go)
-	series  []seriesKey      // the metric series of its pairs, held until dropRanker
+
+	// refs counts its holders: its owner (the block, or an FQDN entry), the queries in flight
+	// through it and the probes of its pairs. The last release gives back what it holds (free:
+	// pairs, board entries, metric series), so nothing a query or probe records outlives it.
+	refs atomic.Int32
+	free func()
 
 	byRegion []atomic.Pointer[ranking] // index: region ID + 1 (0 is region.None)
 	mu       sync.Mutex                // serializes recomputation
@@ -247,6 +252,26 @@ type ranker struct {
 
 func newRanker(pairs []*pair, regions []region.ID, t *region.Table, now func() time.Time) *ranker {
 	return &ranker{pairs: pairs, regions: regions, table: t, now: now, byRegion: make([]atomic.Pointer[ranking], t.Len()+1)}
+}
+
+// acquire takes a reference on rk, unless it was already given back.
+func (rk *ranker) acquire() bool {
+	for {
+		n := rk.refs.Load()
+		if n <= 0 {
+			return false
+		}
+		if rk.refs.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// release gives back a reference; the last one frees what rk holds.
+func (rk *ranker) release() {
+	if rk.refs.Add(-1) == 0 {
+		rk.free()
+	}
 }
 
 // order returns the ranking for queries from region from, recomputing it when an outcome may

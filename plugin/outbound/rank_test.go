@@ -2,6 +2,7 @@ package outbound
 
 import (
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -247,3 +248,9 @@ func TestRankRecoveredNearerWinsDespiteBonus(t *testing.T) {
 		}
 	}
 }
+
+// syncClock is a fake clock safe to read from attempt goroutines while a test advances it.
+type syncClock struct{ ns atomic.Int64 }
+
+func (c *syncClock) now() time.Time          { return time.Unix(0, c.ns.Load()) }
+func (c *syncClock) advance(d time.Duration) { c.ns.Add(int64(d)) }

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -312,4 +313,61 @@ func (r *resolver) fill(m, q *dns.Msg) {
 	if q.Question[0].Qtype == dns.TypeA {
 		m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 30}, A: r.answer})
 	}
+}
+
+// startRawResolver answers each UDP query on 127.0.0.50 with what reply builds from it.
+func startRawResolver(t *testing.T, reply func(q []byte) []byte) string {
+	t.Helper()
+	addrs, _ := rawResolvers(t, 1, time.Now, reply)
+	return addrs[0]
+}
+
+// rawResolvers starts n UDP listeners on 127.0.0.50 that answer each datagram with reply (nil:
+// silence) and record when each one came, on clock, per listener.
+func rawResolvers(t *testing.T, n int, clock func() time.Time, reply func(q []byte) []byte) (targets []string, got func() [][]time.Time) {
+	t.Helper()
+	var mu sync.Mutex
+	times := make([][]time.Time, n)
+	for i := range n {
+		pc, err := net.ListenPacket("udp", "127.0.0.50:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { pc.Close() })
+		targets = append(targets, pc.LocalAddr().String())
+		go func() {
+			buf := make([]byte, 512)
+			for {
+				n, from, err := pc.ReadFrom(buf)
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				times[i] = append(times[i], clock())
+				mu.Unlock()
+				if b := reply(buf[:n]); b != nil {
+					pc.WriteTo(b, from)
+				}
+			}
+		}()
+	}
+	return targets, func() [][]time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		out := make([][]time.Time, n)
+		for i := range times {
+			out[i] = slices.Clone(times[i])
+		}
+		return out
+	}
+}
+
+// bigReply is an answer of 40 A records to q.
+func bigReply(q *dns.Msg) *dns.Msg {
+	m := new(dns.Msg)
+	m.SetReply(q)
+	for i := range 40 {
+		m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 30}, A: net.IPv4(192, 0, 2, byte(i+1))})
+	}
+	return m
 }

@@ -195,6 +195,10 @@ func parse(c *caddy.Controller) (*Outbound, error) {
 	if o.probeQ.Name == "" {
 		o.probeQ = dns.Question{Name: o.zones[0], Qtype: dns.TypeSOA, Qclass: dns.ClassINET}
 	}
+	var err error
+	if o.probeWire, err = probeMsg(o.probeQ); err != nil {
+		return nil, c.Errf("probe %s %s: %v", o.probeQ.Name, dns.TypeToString[o.probeQ.Qtype], err)
+	}
 	if !toSeen {
 		return nil, c.Errf("outbound %s: no targets; add `to ADDRESS...` or `to FQDN`", strings.Join(o.zones, " "))
 	}

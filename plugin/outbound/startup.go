@@ -41,17 +41,8 @@ func (o *Outbound) bind(reg *registry) error {
 		o.endpoints = append(o.endpoints, e)
 	}
 	o.servers = serverLabels(o.cfg)
-	for _, s := range o.servers {
-		for _, z := range o.zones {
-			o.series = append(o.series, seriesKey{server: s, zone: z})
-			for _, e := range o.endpoints {
-				o.series = append(o.series, seriesKey{server: s, zone: z, endpoint: e.Name})
-			}
-		}
-	}
-	for _, k := range o.series {
-		retainSeries(k)
-	}
+	o.series = o.zoneSeries()
+	holdAll(o.series)
 	o.bound = true
 	if o.fqdn != "" {
 		o.fq = newFQDNCache(o.loc.Table.Len())
@@ -59,20 +50,36 @@ func (o *Outbound) bind(reg *registry) error {
 	}
 	// P-4: a target that is a pschealth destination (or any published virtual IP) carries its
 	// composite state; an unhealthy one is ranked below every healthy one.
-	o.held = make(map[netip.Addr]*health.Target, len(o.targets))
+	held := make(map[netip.Addr]*health.Target, len(o.targets))
 	for _, t := range o.targets {
-		if _, ok := o.held[t.Addr()]; !ok {
-			o.held[t.Addr()] = o.board.Acquire(health.Key{Addr: t.Addr()})
+		if _, ok := held[t.Addr()]; !ok {
+			held[t.Addr()] = o.board.Acquire(health.Key{Addr: t.Addr()})
 		}
 	}
-	o.rk = o.newRanker(o.targets, o.held, o.loc.Server())
+	o.rk = o.newRanker(o.targets, held, o.loc.Server())
 	return nil
 }
 
-// newRanker builds the candidate set of every endpoint towards every target, holding each pair
-// and the metric series of each pair in this block's zones (its rank for region from) until
-// dropRanker. held gives the board entry of each target address (P-4); a missing one is unchecked.
-func (o *Outbound) newRanker(targets []netip.AddrPort, held map[netip.Addr]*health.Target, from region.ID) *ranker {
+// zoneSeries names the series of this block's zones and of its endpoints in them.
+func (o *Outbound) zoneSeries() []held {
+	hs := make([]held, 0, (1+len(o.endpoints))*len(o.zones)*len(o.servers))
+	for _, s := range o.servers {
+		for _, z := range o.zones {
+			hs = append(hs, held{zoneSeries, []string{s, z}})
+			for _, e := range o.endpoints {
+				hs = append(hs, held{endpointSeries, []string{s, z, e.Name}})
+			}
+		}
+	}
+	return hs
+}
+
+// newRanker builds the candidate set of every endpoint towards every target. It takes each pair,
+// the board entries in boardHeld (the entry of each target address, P-4; a missing one is
+// unchecked) and the metric series of the ranker's zones, endpoints and pairs in this block's zones
+// (with their rank for region from). Its owner holds the one reference it starts with; the last
+// release gives all that back.
+func (o *Outbound) newRanker(targets []netip.AddrPort, boardHeld map[netip.Addr]*health.Target, from region.ID) *ranker {
 	pairs := make([]*pair, 0, len(o.endpoints)*len(targets))
 	regions := make([]region.ID, 0, cap(pairs))
 	health := make([]*health.Target, 0, cap(pairs))
@@ -84,50 +91,59 @@ func (o *Outbound) newRanker(targets []netip.AddrPort, held map[netip.Addr]*heal
 		for _, t := range targets {
 			pairs = append(pairs, e.acquire(t))
 			regions = append(regions, id)
-			health = append(health, held[t.Addr()])
+			health = append(health, boardHeld[t.Addr()])
 		}
 	}
 	rk := newRanker(pairs, regions, o.loc.Table, o.now)
 	rk.health, rk.from = health, from
+	series := o.zoneSeries()
 	for _, p := range pairs {
 		for _, s := range o.servers {
 			for _, z := range o.zones {
-				rk.series = append(rk.series, seriesKey{server: s, zone: z, endpoint: p.ep.Name, target: p.dstStr},
-					seriesKey{server: s, zone: z, region: o.loc.Table.Name(from), endpoint: p.ep.Name, target: p.dstStr})
+				series = append(series, held{pairSeries, []string{s, z, p.ep.Name, p.dstStr}},
+					held{rankSeries, []string{s, z, o.loc.Table.Name(from), p.ep.Name, p.dstStr}})
 			}
 		}
 	}
-	for _, k := range rk.series {
-		retainSeries(k)
+	holdAll(series)
+	rk.refs.Store(1)
+	rk.free = func() {
+		releaseAll(series)
+		for _, p := range pairs {
+			p.ep.release(p)
+		}
+		for _, t := range boardHeld {
+			o.board.Release(t)
+		}
 	}
 	return rk
 }
 
-// dropRanker gives back what newRanker took.
-func (o *Outbound) dropRanker(rk *ranker) {
-	for _, k := range rk.series {
-		releaseSeries(k)
-	}
-	for _, p := range rk.pairs {
-		p.ep.release(p)
-	}
-}
-
-// rankers returns the rankers in use: the static targets', or the FQDN target's of every region
-// it was resolved for.
+// rankers returns the rankers in use, acquired: the static targets', or the FQDN target's of every
+// region it was resolved for and whose entry has not expired. The caller releases them.
 func (o *Outbound) rankers() []*ranker {
-	if o.rk != nil {
-		return []*ranker{o.rk}
-	}
 	var out []*ranker
+	if o.rk != nil {
+		if o.rk.acquire() {
+			out = append(out, o.rk)
+		}
+		return out
+	}
 	if o.fq != nil {
+		now := o.now()
 		for i := range o.fq.slots {
-			if e := o.fq.slots[i].Load(); e != nil {
+			if e := o.fq.slots[i].Load(); e != nil && now.Before(e.expires) && e.rk.acquire() {
 				out = append(out, e.rk)
 			}
 		}
 	}
 	return out
+}
+
+func releaseRankers(rks []*ranker) {
+	for _, rk := range rks {
+		rk.release()
+	}
 }
 
 func (o *Outbound) start() error {
@@ -138,8 +154,8 @@ func (o *Outbound) start() error {
 	return nil
 }
 
-// stop gives back everything bind and start took, once. Queries still in flight keep o.rk:
-// their pairs are closed under them (errClosed, not recorded).
+// stop gives back everything bind and start took, once. Queries still in flight hold their
+// ranker: what it holds goes when the last of them ends.
 func (o *Outbound) stop() {
 	o.started.Store(false)
 	if o.stopc != nil {
@@ -147,26 +163,17 @@ func (o *Outbound) stop() {
 		o.wg.Wait()
 		o.stopc = nil
 	}
+	o.stopProbes()
 	if !o.bound {
 		return
 	}
 	o.bound = false
 	if o.rk != nil {
-		o.dropRanker(o.rk)
-	}
-	for a, t := range o.held {
-		o.board.Release(t)
-		delete(o.held, a)
+		o.rk.release()
 	}
 	if o.fq != nil {
-		for i := range o.fq.slots {
-			if e := o.fq.slots[i].Swap(nil); e != nil {
-				o.dropEntry(e)
-			}
-		}
+		o.fq.stop()
 	}
-	for _, k := range o.series {
-		releaseSeries(k)
-	}
+	releaseAll(o.series)
 	o.series = nil
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coredns/coredns/plugin/pkg/dnstest"
+	"github.com/coredns/coredns/plugin/test"
 	"github.com/coredns/coredns/request"
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 
@@ -27,11 +29,12 @@ func storeHas(match func(outcomeKey) bool) bool {
 }
 
 // fqdnHandler is an outbound block whose FQDN target resolves to *addr (a fake lookup, TTL 10 s),
-// on a fake clock.
-func fqdnHandler(t *testing.T, port string, addr *atomic.Value) (*Outbound, *fakeClock) {
+// on a fake clock that queries in flight may read while the test advances it.
+func fqdnHandler(t *testing.T, port string, addr *atomic.Value) (*Outbound, *syncClock) {
 	t.Helper()
 	o := newHandler(t, "outbound example. {\nto resolvers.corp:"+port+"\nprivate 127.0.0.0/8\nregion europe-west1\n}")
-	clk := &fakeClock{t: time.Unix(1e9, 0)}
+	clk := &syncClock{}
+	clk.ns.Store(time.Unix(1e9, 0).UnixNano())
 	o.now = clk.now
 	o.lookup = func(_ context.Context, _ request.Request, name string) (*dns.Msg, error) {
 		m := new(dns.Msg)
@@ -81,7 +84,7 @@ func TestFQDNRankMetrics(t *testing.T) {
 	addr.Store("127.0.0.31")
 	o, _ := fqdnHandler(t, r.port(), &addr)
 	serveMeta(t, o, "x.example.")
-	o.explore(nil)
+	exploreRound(o)
 	l := map[string]string{"zone": "example.", "target": "127.0.0.31:" + r.port(), "endpoint": "default"}
 	if v := sumMetric(t, "coredns_outbound_rank", map[string]string{"zone": "example.", "region": "europe-west1", "target": l["target"]}); v != 1 {
 		t.Errorf("rank of the FQDN target's pair = %v, want 1", v)
@@ -168,5 +171,97 @@ func TestFailedReloadGivesBackPairs(t *testing.T) {
 	}
 	if m := mustQuery(t, s, "127.0.0.1", "b.failed.example."); m.Rcode != dns.RcodeSuccess {
 		t.Errorf("the old Corefile stopped serving: %s", dns.RcodeToString[m.Rcode])
+	}
+}
+
+// H-6 / issue 13 problem 6: when an FQDN target's address changes, the old pair's series are
+// deleted (TestFQDNPairsPruned), but a query still in flight through the old pair records its
+// outcome afterwards and re-creates requests_total{target=old}, which nothing holds or deletes
+// any more: the series is exported for ever.
+func TestH6InflightQueryAfterFQDNPrune(t *testing.T) {
+	r1 := startResolver(t, "127.0.0.31")
+	r1.setDelay(300 * time.Millisecond)
+	startResolverPort(t, "127.0.0.32", r1.port())
+	var addr atomic.Value
+	addr.Store("127.0.0.31")
+	o, clk := fqdnHandler(t, r1.port(), &addr)
+	old := "127.0.0.31:" + r1.port()
+
+	done := make(chan *dns.Msg)
+	go func() {
+		m := new(dns.Msg)
+		m.SetQuestion("inflight.example.", dns.TypeA)
+		rec := dnstest.NewRecorder(&test.ResponseWriter{})
+		o.ServeDNS(context.Background(), rec, m)
+		done <- rec.Msg
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for r1.asked("inflight.example.") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the first query never reached the resolver")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// The target now resolves elsewhere: the next query prunes the old pair and its series.
+	addr.Store("127.0.0.32")
+	clk.advance(11 * time.Second)
+	serveMeta(t, o, "next.example.")
+	if n := seriesCount(t, map[string]string{"target": old}); n != 0 {
+		t.Fatalf("precondition: %d series of %s right after the prune", n, old)
+	}
+	if m := <-done; m == nil || m.Rcode != dns.RcodeSuccess {
+		t.Fatalf("the in-flight query: %v", m)
+	}
+	if n := seriesCount(t, map[string]string{"target": old}); n != 0 {
+		t.Errorf("H-6: %d series of the pruned pair %s came back after the in-flight query finished; nothing will delete them", n, old)
+	}
+}
+
+// An FQDN entry whose TTL expired and that no client of its region asks again keeps its pairs:
+// they are probed every round and their rank/up series exported for ever, for an address the
+// name may no longer have (issue 13 problem 6: pairs pruned when no ranker uses them).
+func TestH6ExpiredFQDNEntryReleased(t *testing.T) {
+	r := startResolver(t, "127.0.0.31")
+	var addr atomic.Value
+	addr.Store("127.0.0.31")
+	o, clk := fqdnHandler(t, r.port(), &addr)
+	serveMeta(t, o, "x.example.")
+	clk.advance(time.Hour) // far past the 10 s TTL; no query since
+	before := r.queries.Load()
+	exploreRound(o)
+	if n := r.queries.Load() - before; n != 0 {
+		t.Errorf("a round an hour after the entry expired sent %d probes to its address", n)
+	}
+	if n := seriesCount(t, map[string]string{"target": "127.0.0.31:" + r.port()}); n != 0 {
+		t.Errorf("%d series of an expired FQDN address are exported", n)
+	}
+}
+
+// H-6: a query that resolves the FQDN target after the block stopped (a cold lookup finishing
+// after a reload's shutdown) is answered through the entry it built, and the entry is not
+// installed: nothing would release it.
+func TestH6NoFQDNEntryAfterStop(t *testing.T) {
+	r := startResolver(t, "127.0.0.31")
+	var addr atomic.Value
+	addr.Store("127.0.0.31")
+	o, _ := fqdnHandler(t, r.port(), &addr)
+	o.stop()
+	if m, _ := serveMeta(t, o, "late.example."); m == nil || m.Rcode != dns.RcodeSuccess {
+		t.Fatalf("the query after stop: %v", m)
+	}
+	for i := range o.fq.slots {
+		if o.fq.slots[i].Load() != nil {
+			t.Errorf("H-6: an FQDN entry was installed after stop")
+		}
+	}
+	e := o.endpoints[0]
+	e.mu.Lock()
+	pairs := len(e.pairs)
+	e.mu.Unlock()
+	if pairs != 0 {
+		t.Errorf("H-6: %d pairs held after stop", pairs)
+	}
+	if n := seriesCount(t, map[string]string{"target": "127.0.0.31:" + r.port()}); n != 0 {
+		t.Errorf("H-6: %d series of the FQDN's address after stop", n)
 	}
 }

@@ -20,8 +20,8 @@ import (
 // is redialled without counting a failure (proxy's ErrCachedClosed); out-of-order replies are
 // skipped; a reply too large for the client reaches it truncated (proxy answers TC). And ours
 // (O-10): a source address per endpoint, a fresh random ID per send, ID and question matched, a
-// mismatched reply or garbage never ends the wait, a header-only reply with the right ID is an
-// answer, and a wait cut by a deadline can go on (hedging, O-6).
+// mismatched reply or garbage never ends the wait, a header-only error reply with the right ID is
+// an answer, and a wait cut by a deadline can go on (hedging, O-6).
 //
 // Source-port policy (O-10): UDP sockets are connected sockets bound to SOURCE:0, so the kernel
 // picks a random ephemeral port. A socket is reused for at most maxUses queries and never after
@@ -315,22 +315,31 @@ func (a *attempt) read() ([]byte, error) {
 	}
 }
 
-// match returns the reply in msg if it answers this attempt (O-10): the ID, the response bit and
-// the question match; a header-only reply (no question: legal for errors such as REFUSED or
-// FORMERR) with the right ID is an answer too. A reply with our ID that does not parse is
-// errMalformed.
+// match returns the reply in msg if it answers this attempt (O-10): the ID, the response bit, the
+// opcode and the question match; a header-only reply (no question) with the right ID is an answer
+// only with an error rcode (FORMERR, SERVFAIL, NOTIMP, REFUSED: legal there, and what forward's
+// request.Match would turn into FORMERR). A reply with our ID that does not parse is errMalformed,
+// unless it came over UDP with TC set: a reply cut mid-record, which the TC path asks again over
+// TCP (pkg/proxy's shouldTruncateResponse).
 func (a *attempt) match(msg []byte) (*dns.Msg, error) {
-	if len(msg) < 12 || binary.BigEndian.Uint16(msg) != a.id || msg[2]&0x80 == 0 {
+	if len(msg) < 12 || binary.BigEndian.Uint16(msg) != a.id || msg[2]&0x80 == 0 || (msg[2]^a.wire[2])&0x78 != 0 {
 		return nil, nil
 	}
 	m := new(dns.Msg)
 	if err := m.Unpack(msg); err != nil {
+		if !a.tcp && m.Truncated {
+			return m, nil
+		}
 		return nil, errMalformed
 	}
-	if len(m.Question) == 0 || len(m.Question) == 1 && questionMatches(m.Question[0], a.q) {
+	if len(m.Question) == 1 && questionMatches(m.Question[0], a.q) || len(m.Question) == 0 && headerOnlyError(m.Rcode) {
 		return m, nil
 	}
 	return nil, nil
+}
+
+func headerOnlyError(rc int) bool {
+	return rc == dns.RcodeFormatError || rc == dns.RcodeServerFailure || rc == dns.RcodeNotImplemented || rc == dns.RcodeRefused
 }
 
 // locked runs f unless the attempt was cancelled, under the lock that orders it with cancel, so a

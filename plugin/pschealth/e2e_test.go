@@ -139,16 +139,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 // destState is the state of a destination on the process board, and whether it is published.
 func destState(k health.Key) (health.State, bool) {
-	st, checked := onBoard(k)
+	st, checked := coretest.OnBoard(health.Default, k)
 	return st.State, checked
-}
-
-// onBoard returns the status of k on the process board and whether something publishes it. It
-// holds k only while it looks.
-func onBoard(k health.Key) (health.Status, bool) {
-	t := health.Default.Acquire(k)
-	defer health.Default.Release(t)
-	return t.Status(), t.Checked()
 }
 
 // compositeMetric reads coredns_pschealth_composite_state for composite and state.
@@ -256,13 +248,13 @@ func TestEndToEndFailover(t *testing.T) {
 			})
 
 			// H-4: a real reload keeps the verdict and logs nothing new.
-			before, _ := onBoard(a.destKey)
+			before, _ := coretest.OnBoard(health.Default, a.destKey)
 			lines := logs.Count(`"svc-a"`)
 			if err := s.Reload(cf + "\n# reloaded\n"); err != nil {
 				t.Fatal(err)
 			}
 			if !dry {
-				if st, checked := onBoard(a.destKey); st != before || !checked {
+				if st, checked := coretest.OnBoard(health.Default, a.destKey); st != before || !checked {
 					t.Errorf("reload changed destination A: %+v -> %+v (published %v)", before, st, checked)
 				}
 			}

@@ -31,6 +31,18 @@ type Tally struct {
 	Healthy, Unhealthy, Unknown int
 }
 
+// Add counts one backend in state s.
+func (t *Tally) Add(s health.State) {
+	switch s {
+	case health.Healthy:
+		t.Healthy++
+	case health.Unhealthy:
+		t.Unhealthy++
+	default:
+		t.Unknown++
+	}
+}
+
 // Total is the number of backends counted.
 func (t Tally) Total() int { return t.Healthy + t.Unhealthy + t.Unknown }
 

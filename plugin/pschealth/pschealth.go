@@ -30,6 +30,7 @@ type PSCHealth struct {
 	board  *health.Board
 	memory *health.Board  // dry-run states, kept across reloads like the real ones
 	demand *health.Demand // the Corefile instance's: the backends are wanted probed through it
+	gen    uint64         // the instance's lifecycle.Generation: the newest writes
 
 	mu      sync.Mutex // guards the lifecycle fields below
 	running bool

@@ -24,11 +24,12 @@ func TestDryRunDoesNotHoldReadinessP6(t *testing.T) {
 	}
 }
 
-// policyConfig is one composite over web-a whose policy asks for percent healthy backends.
-func policyConfig(t *testing.T, percent int, dest string) *Config {
+// policyConfig is one composite over web-a whose policy asks for percent and count healthy
+// backends; extra lines (dry_run) go at the end of the block.
+func policyConfig(t *testing.T, percent, count int, dest string, extra ...string) *Config {
 	t.Helper()
 	cf := fmt.Sprintf(`pschealth {
-	policy p min_healthy_percent %d min_healthy 1
+	policy p min_healthy_percent %d min_healthy %d
 	source web-a {
 		backends 127.0.1.1 127.0.1.2 127.0.1.3
 		check web
@@ -38,7 +39,8 @@ func policyConfig(t *testing.T, percent int, dest string) *Config {
 		sources web-a
 		destination %s
 	}
-}`, percent, dest)
+	%s
+}`, percent, count, dest, strings.Join(extra, "\n\t"))
 	cfg, err := parse(caddy.NewTestController("dns", cf), testChecks)
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +57,7 @@ func TestNewestInstanceWritesH6(t *testing.T) {
 	b := health.NewBoard(time.Now)
 	bs := newBackends(t, b)
 	dest := consumer(t, b, "127.0.9.1")
-	old := New(policyConfig(t, 60, "127.0.9.1"), b)
+	old := New(policyConfig(t, 60, 1, "127.0.9.1"), b)
 	if err := old.OnStartup(); err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +67,7 @@ func TestNewestInstanceWritesH6(t *testing.T) {
 	settled(t, old)
 	eventually(t, "healthy under the old policy", func() bool { return dest.State() == health.Healthy })
 
-	next := New(policyConfig(t, 100, "127.0.9.1"), b)
+	next := New(policyConfig(t, 100, 1, "127.0.9.1"), b)
 	if err := next.OnStartup(); err != nil {
 		t.Fatal(err)
 	}
@@ -86,17 +88,49 @@ func TestNewestInstanceWritesH6(t *testing.T) {
 	})
 }
 
+// H-6 and P-6, the newest-writer rule when the newest instance is abandoned: the survivor writes
+// again every series it writes, the thresholds of its sources and whether its composites are
+// published included, not only the states: they do not keep the values of a Corefile that never
+// served.
+func TestAbandonedNewestRestoresTheSurvivorsGaugesH6(t *testing.T) {
+	coretest.CaptureLog(t)
+	b := health.NewBoard(time.Now)
+	newBackends(t, b)
+	consumer(t, b, "127.0.9.31")
+	old := New(policyConfig(t, 60, 1, "127.0.9.31"), b)
+	if err := old.OnStartup(); err != nil {
+		t.Fatal(err)
+	}
+	defer old.OnShutdown()
+
+	// The failed reload's instance: a stricter policy, in dry run.
+	next := New(policyConfig(t, 100, 2, "127.0.9.31", "dry_run"), b)
+	if err := next.OnStartup(); err != nil {
+		t.Fatal(err)
+	}
+	if pct := gauge(t, sourceMinHealthyPercent, "web-a"); pct != 100 {
+		t.Fatalf("min_healthy_percent %v while the new instance runs, want 100", pct)
+	}
+	if err := next.OnShutdown(); err != nil { // abandoned
+		t.Fatal(err)
+	}
+	eventually(t, "the survivor's thresholds and publication", func() bool {
+		return gauge(t, sourceMinHealthyPercent, "web-a") == 60 && gauge(t, sourceMinHealthy, "web-a") == 1 &&
+			gauge(t, compositePublished, "svc-a", "127.0.9.31") == 1
+	})
+}
+
 // H-6 (issue 11, item 6): a composite whose destination a reload changes loses the series under
 // the old destination; a composite the reload removes loses all of them.
 func TestCompositeSeriesFollowTheConfigurationH6(t *testing.T) {
 	coretest.CaptureLog(t)
 	b := health.NewBoard(time.Now)
 	newBackends(t, b)
-	old := New(policyConfig(t, 60, "127.0.9.5"), b)
+	old := New(policyConfig(t, 60, 1, "127.0.9.5"), b)
 	if err := old.OnStartup(); err != nil {
 		t.Fatal(err)
 	}
-	next := start(t, policyConfig(t, 60, "127.0.9.6"), b)
+	next := start(t, policyConfig(t, 60, 1, "127.0.9.6"), b)
 	if err := old.OnShutdown(); err != nil {
 		t.Fatal(err)
 	}

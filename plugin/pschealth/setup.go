@@ -30,6 +30,7 @@ func setup(c *caddy.Controller) error {
 	}
 	p := New(cfg, health.Default)
 	p.demand = d // the backends are wanted from OnStartup on
+	p.gen = lifecycle.Generation(c)
 	lifecycle.Hook(c, p.OnStartup, p.OnShutdown)
 
 	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {

@@ -3,6 +3,8 @@ package pschealth
 import (
 	"github.com/coresteer/coresteer/plugin/pkg/health"
 	"github.com/coresteer/coresteer/plugin/pkg/lifecycle"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // writers orders the instances that compute one composite (keyed by its destination's target)
@@ -23,6 +25,8 @@ type sourceRun struct {
 	writer   *lifecycle.Writer
 	state    stateGauges
 	backends stateGauges
+	minCount prometheus.Gauge // source_min_healthy
+	minPct   prometheus.Gauge // source_min_healthy_percent
 	verdict  verdict
 }
 
@@ -37,6 +41,7 @@ type compositeRun struct {
 	published bool
 	dryRun    bool
 	state     stateGauges
+	pubGauge  prometheus.Gauge // composite_published
 	verdicts  []verdict
 	states    []health.State
 }
@@ -68,17 +73,20 @@ func (p *PSCHealth) OnStartup() error {
 		r := &sourceRun{src: s}
 		for _, k := range s.Backends {
 			r.targets = append(r.targets, p.board.Acquire(k))
-			r.wants = append(r.wants, p.demand.Want(k))
+			// P-6: a dry run has no effect on consumers, readiness included.
+			want := p.demand.Want
+			if p.cfg.DryRun {
+				want = p.demand.WantUngated
+			}
+			r.wants = append(r.wants, want(k))
 			p.watched[k] = true
 		}
-		r.writer, _ = writers.Join(sourceKey{p.board, s.Name}, rewrite)
+		r.writer = writers.Join(sourceKey{p.board, s.Name}, p.gen, rewrite)
 		sourceSeries.Hold(s.Name)
 		r.state = newStateGauges(sourceState, s.Name)
 		r.backends = newStateGauges(sourceBackends, s.Name)
-		r.writer.Write(func() {
-			sourceMinHealthy.WithLabelValues(s.Name).Set(float64(s.Policy.MinCount))
-			sourceMinHealthyPercent.WithLabelValues(s.Name).Set(float64(s.Policy.MinPercent))
-		})
+		r.minCount = sourceMinHealthy.WithLabelValues(s.Name)
+		r.minPct = sourceMinHealthyPercent.WithLabelValues(s.Name)
 		runs[s] = r
 		p.srcs = append(p.srcs, r)
 	}
@@ -104,15 +112,11 @@ func (p *PSCHealth) OnStartup() error {
 		} else {
 			r.target, r.board = p.memory.Acquire(comp.Key()), p.memory
 		}
-		r.writer, _ = writers.Join(r.real, rewrite)
+		r.writer = writers.Join(r.real, p.gen, rewrite)
 		compositeSeries.Hold(comp.Name, dest)
 		compositeNames.Hold(comp.Name)
 		r.state = newStateGauges(compositeState, comp.Name, dest)
-		pub := 0.0
-		if r.published {
-			pub = 1
-		}
-		r.writer.Write(func() { compositePublished.WithLabelValues(comp.Name, dest).Set(pub) })
+		r.pubGauge = compositePublished.WithLabelValues(comp.Name, dest)
 		p.comps = append(p.comps, r)
 	}
 
@@ -199,17 +203,14 @@ func (p *PSCHealth) evaluate() {
 	for _, r := range p.srcs {
 		var t Tally
 		for _, bt := range r.targets {
-			switch bt.State() {
-			case health.Healthy:
-				t.Healthy++
-			case health.Unhealthy:
-				t.Unhealthy++
-			default:
-				t.Unknown++
-			}
+			t.Add(bt.State())
 		}
 		r.verdict = verdict{src: r.src, tally: t, state: r.src.Policy.Evaluate(t)}
+		// Every series of the source, its thresholds too: a writer that becomes the newest again
+		// (a failed reload's instance left) writes over all the abandoned one wrote.
 		r.writer.Write(func() {
+			r.minCount.Set(float64(r.src.Policy.MinCount))
+			r.minPct.Set(float64(r.src.Policy.MinPercent))
 			r.state.set(r.verdict.state.String())
 			r.backends[0].Set(float64(t.Healthy))
 			r.backends[1].Set(float64(t.Unhealthy))
@@ -237,6 +238,11 @@ func (p *PSCHealth) evaluate() {
 					p.logChange(r, old, state, why)
 				}
 			}
+			pub := 0.0
+			if r.published {
+				pub = 1
+			}
+			r.pubGauge.Set(pub)
 			// The gauge last: whoever sees it change sees the board and the log line already written.
 			r.state.set(state.String())
 		})

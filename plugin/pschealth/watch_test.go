@@ -385,10 +385,13 @@ func TestDestinationOwnedByAnotherWriter(t *testing.T) {
 	}
 }
 
+// H-6: startup twice, shutdown twice and a shutdown without startup leave nothing behind: no want,
+// no publication, no board reference (of the backends and destinations nobody else holds).
 func TestStartupIsIdempotentAndShutdownWithoutStartup(t *testing.T) {
 	b := health.NewBoard(time.Now)
 	dest := consumer(t, b, "127.0.9.1")
-	p := New(config(t, ""), b)
+	cfg := config(t, "")
+	p := New(cfg, b)
 	probed := serve(t, p.demand, "web", "db")
 	if err := p.OnShutdown(); err != nil {
 		t.Fatal(err)
@@ -404,5 +407,14 @@ func TestStartupIsIdempotentAndShutdownWithoutStartup(t *testing.T) {
 	}
 	if len(probed) != 0 || dest.Checked() {
 		t.Errorf("after shutdown: backends wanted %v, destination published %v", probed, dest.Checked())
+	}
+	keys := []health.Key{cfg.Composites[1].Key()} // svc-b's destination: only pschealth held it
+	for _, s := range cfg.Sources {
+		keys = append(keys, s.Backends...)
+	}
+	for _, k := range keys {
+		if coretest.Held(b, k) {
+			t.Errorf("%v still held on the board after shutdown", k)
+		}
 	}
 }

@@ -61,6 +61,38 @@ func BenchmarkServeDNS(b *testing.B) {
 	run("routingpolicy/failover", rp, "www-fo.example.org.")
 }
 
+// BenchmarkServeDNSZoneShapes measures the answers of the zone rules (R-ZONE-1, R-ZONE-2): plain
+// data, MX with additional data, a referral, a wildcard, a policy on a wildcard, a DNAME, NXDOMAIN,
+// a deep name that does not exist, the apex NS set with glue.
+func BenchmarkServeDNSZoneShapes(b *testing.B) {
+	rp, _ := newTest(b, `routingpolicy example.org {
+		record www A 60 10.0.0.1
+		record mx MX 60 10 www
+		record sub NS 60 ns.sub
+		record ns.sub A 60 192.0.2.1
+		record *.wild A 60 192.0.2.2
+		wrr *.pol A 60 "1=10.0.0.1;1=10.0.0.2"
+		record dn DNAME 60 wild.example.org.
+		record a.b.c.d.e A 60 10.0.0.3
+	}`)
+	w := &fixedAddrWriter{addr: &net.UDPAddr{IP: net.ParseIP("10.1.1.1"), Port: 40212}}
+	for _, q := range []struct {
+		name  string
+		qtype uint16
+	}{{"www.example.org.", dns.TypeA}, {"mx.example.org.", dns.TypeMX}, {"x.sub.example.org.", dns.TypeA}, {"x.wild.example.org.", dns.TypeA},
+		{"x.pol.example.org.", dns.TypeA}, {"x.dn.example.org.", dns.TypeA}, {"nx.example.org.", dns.TypeA}, {"z.y.x.a.b.c.d.e.example.org.", dns.TypeA}, {"example.org.", dns.TypeNS}} {
+		b.Run(q.name+"/"+dns.TypeToString[q.qtype], func(b *testing.B) {
+			m := new(dns.Msg)
+			m.SetQuestion(q.name, q.qtype)
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				rp.ServeDNS(ctx, w, m)
+			}
+		})
+	}
+}
+
 type fixedAddrWriter struct {
 	test.ResponseWriter
 	addr net.Addr

@@ -22,7 +22,7 @@ func (z *zone) checkNames() error {
 		}
 		wild := strings.HasPrefix(name, "*.")
 		if d := n.plain(dns.TypeDNAME); d != nil {
-			t := d[0].(*dns.DNAME).Target
+			t := canonicalName(d[0].(*dns.DNAME).Target)
 			switch {
 			case wild:
 				return fmt.Errorf("DNAME at the wildcard %s: not supported (RFC 4592 4.4)", name)
@@ -62,39 +62,60 @@ func (z *zone) checkPolicies() error {
 	return nil
 }
 
-// maxLoopSteps bounds the walk of one chain at load: a chain of DNAMEs can lengthen the name at
-// every step without repeating one.
-const maxLoopSteps = 64
-
 // checkLoops refuses CNAME and DNAME chains that loop (R-ZONE-3), following every target a
-// policy can answer, wildcards and DNAME substitutions included, as the lookup would.
+// policy can answer, wildcards and DNAME substitutions included, as the lookup would. A chain
+// that ends loads however long it is, as in file; the lookup answers as much of it as file
+// would (maxChain). In a loop of CNAMEs a name comes back; in a loop of DNAMEs the name may grow
+// instead (x.d → x.a.e → x.a.d → …, until it is too long): a run of substitutions that comes
+// back under a DNAME it passed is such a loop, since every name below that DNAME takes the same
+// way round.
 func (z *zone) checkLoops() error {
 	const (
 		onPath = 1
 		done   = 2
 	)
 	state := map[string]uint8{}
-	var path []string
-	var visit func(name string) error
-	visit = func(name string) error {
+	var (
+		path []string
+		by   []*node // by[i]: the DNAME that substituted path[i], or nil
+	)
+	var visit func(name string, run int) error
+	// run is the index in path where the current run of substitutions starts.
+	visit = func(name string, run int) error {
 		switch state[name] {
 		case onPath:
 			i := slices.Index(path, name)
-			return fmt.Errorf("CNAME loop: %s → %s", strings.Join(path[i:], " → "), name)
+			kind := "CNAME"
+			switch n := countDNAMEs(by[i:]); {
+			case n == len(by[i:]):
+				kind = "DNAME"
+			case n > 0:
+				kind = "CNAME and DNAME"
+			}
+			return fmt.Errorf("%s loop: %s → %s", kind, strings.Join(path[i:], " → "), name)
 		case done:
 			return nil
 		}
-		if len(path) >= maxLoopSteps {
-			return fmt.Errorf("CNAME/DNAME chain longer than %d steps (a loop through DNAME substitution) starting %s", maxLoopSteps, strings.Join(path[:4], " → "))
+		targets, d := z.next(name)
+		if d != nil {
+			if i := slices.Index(by[run:], d); i >= 0 {
+				return fmt.Errorf("DNAME loop: %s → %s → …: every name below %s is substituted back below it, longer each time",
+					strings.Join(path[run+i:], " → "), name, d.name)
+			}
 		}
 		state[name] = onPath
 		path = append(path, name)
-		for _, t := range z.next(name) {
-			if err := visit(t); err != nil {
+		by = append(by, d)
+		for _, t := range targets {
+			next := len(path) // a CNAME ends the run
+			if d != nil {
+				next = run
+			}
+			if err := visit(t, next); err != nil {
 				return err
 			}
 		}
-		path = path[:len(path)-1]
+		path, by = path[:len(path)-1], by[:len(by)-1]
 		state[name] = done
 		return nil
 	}
@@ -105,13 +126,21 @@ func (z *zone) checkLoops() error {
 		case n.find(dns.TypeCNAME) != nil:
 			start = name
 		case n.dname != nil:
-			// Any name below the owner is substituted the same way; take one.
-			start = relName("loop-check", name)
+			// Any name below the owner is substituted the same way; take the shortest, so an
+			// owner of up to 253 octets still has one (a longer name may be too long to
+			// substitute where a short one loops). An owner with no name below it loops nothing.
+			start = "x." + name
+			if name == "." {
+				start = "x."
+			}
+			if wireLen(start) > maxNameLen {
+				continue
+			}
 		}
 		if start == "" {
 			continue
 		}
-		if err := visit(start); err != nil {
+		if err := visit(start, len(path)); err != nil {
 			return err
 		}
 	}
@@ -119,26 +148,26 @@ func (z *zone) checkLoops() error {
 }
 
 // next returns the in-zone names a lookup of name goes on with: every target of its CNAME set
-// (every item of a policy), or the DNAME substitution.
-func (z *zone) next(name string) []string {
+// (every item of a policy), or the DNAME substitution, with the node of the DNAME.
+func (z *zone) next(name string) ([]string, *node) {
 	n, how := z.locate(name, dns.TypeA)
 	switch how {
 	case substitute:
-		if t, ok := substitute6672(name, n.name, n.dname.Target); ok && inZone(t, z.origin) {
-			return []string{t}
+		if t, ok := substitute6672(name, n.name, n.dtarget); ok && inZone(t, z.origin) {
+			return []string{t}, n
 		}
-		return nil
+		return nil, nil
 	case exact, wildcard:
 	default:
-		return nil
+		return nil, nil
 	}
 	s := n.find(dns.TypeCNAME)
 	if s == nil {
-		return nil
+		return nil, nil
 	}
 	var out []string
 	add := func(rr dns.RR) {
-		if t := rr.(*dns.CNAME).Target; inZone(t, z.origin) {
+		if t := canonicalName(rr.(*dns.CNAME).Target); inZone(t, z.origin) {
 			out = append(out, t)
 		}
 	}
@@ -152,7 +181,18 @@ func (z *zone) next(name string) []string {
 			}
 		}
 	}
-	return out
+	return out, nil
+}
+
+// countDNAMEs counts the substitutions among the steps of a chain.
+func countDNAMEs(by []*node) int {
+	n := 0
+	for _, d := range by {
+		if d != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // sortedNames returns the names of z in a fixed order, so the error a zone gets does not

@@ -76,11 +76,14 @@ func build(origins []string, loc *region.Locator, records []dns.RR, sets []*setS
 	// Plain records, grouped by name and type.
 	for _, rr := range records {
 		h := rr.Header()
-		h.Name = strings.ToLower(dns.Fqdn(h.Name))
+		h.Name = canonicalName(h.Name)
 		h.Class = dns.ClassINET
 		z := d.match(h.Name)
 		if z == nil {
 			return nil, fmt.Errorf("record %q: name %s is outside the zones %v", rr.String(), h.Name, origins)
+		}
+		if err := packable(rr); err != nil {
+			return nil, fmt.Errorf("record %q: %v", rr.String(), err)
 		}
 		lowerTargets(rr)
 		n := nodeOf(z, h.Name)
@@ -104,6 +107,11 @@ func build(origins []string, loc *region.Locator, records []dns.RR, sets []*setS
 			}
 			if h.Name != z.origin {
 				return nil, fmt.Errorf("SOA record %q is not at the zone apex %s", rr.String(), z.origin)
+			}
+		case dns.TypeCNAME:
+			// RFC 2181 10.1: one CNAME per name (a policy's item has one target too).
+			if len(s.rrs) > 0 {
+				return nil, fmt.Errorf("second CNAME record %q for %s: a name has at most one CNAME (RFC 2181 10.1)", rr.String(), h.Name)
 			}
 		case dns.TypeDNAME:
 			// RFC 6672 2.4: one DNAME per owner name.
@@ -142,28 +150,6 @@ func build(origins []string, loc *region.Locator, records []dns.RR, sets []*setS
 		}
 	}
 	return d, nil
-}
-
-// lowerTargets lower-cases the names in the rdata of rr that answers lead to, as file does, so
-// the query path compares them without converting.
-func lowerTargets(rr dns.RR) {
-	switch v := rr.(type) {
-	case *dns.NS:
-		v.Ns = strings.ToLower(v.Ns)
-	case *dns.CNAME:
-		v.Target = strings.ToLower(v.Target)
-	case *dns.DNAME:
-		v.Target = strings.ToLower(v.Target)
-	case *dns.MX:
-		v.Mx = strings.ToLower(v.Mx)
-	case *dns.SOA:
-		v.Ns = strings.ToLower(v.Ns)
-		v.Mbox = strings.ToLower(v.Mbox)
-	case *dns.SVCB:
-		v.Target = strings.ToLower(v.Target)
-	case *dns.HTTPS:
-		v.Target = strings.ToLower(v.Target)
-	}
 }
 
 // finish checks the zone (R-ZONE-3), fills in the SOA and NS when not given, adds the empty
@@ -239,6 +225,9 @@ func (z *zone) finish(now time.Time) error {
 			s.rrs = slices.Clip(s.rrs)
 			if s.pol == nil {
 				s.extra = z.additional(s.rrs)
+				if s.qtype == dns.TypeCNAME {
+					s.target = canonicalName(s.rrs[0].(*dns.CNAME).Target)
+				}
 				continue
 			}
 			for q := s.pol; q != nil; q = q.backup {
@@ -266,10 +255,12 @@ func (z *zone) link() {
 		}
 		if d := n.plain(dns.TypeDNAME); d != nil {
 			n.dname = d[0].(*dns.DNAME)
+			n.dtarget = canonicalName(n.dname.Target)
 		}
 		if strings.HasPrefix(name, "*.") {
-			if p := z.names[name[2:]]; p != nil {
-				p.wild = n
+			// parent, not name[2:]: the wildcard of the root zone is "*.", whose parent is ".".
+			if p, _ := parent(name); z.names[p] != nil {
+				z.names[p].wild = n
 			}
 		}
 	}
@@ -287,7 +278,7 @@ func (z *zone) link() {
 func (z *zone) glue(ns []dns.RR, owner string) []dns.RR {
 	var out []dns.RR
 	for _, rr := range ns {
-		t := rr.(*dns.NS).Ns
+		t := canonicalName(rr.(*dns.NS).Ns)
 		if !inZone(t, owner) {
 			continue
 		}
@@ -310,7 +301,7 @@ func (z *zone) additional(rrs []dns.RR) []dns.RR {
 		case *dns.MX:
 			t = v.Mx
 		case *dns.SRV:
-			t = strings.ToLower(v.Target)
+			t = v.Target // kept as written in the record, as file does
 		case *dns.SVCB:
 			t = v.Target
 		case *dns.HTTPS:
@@ -318,6 +309,7 @@ func (z *zone) additional(rrs []dns.RR) []dns.RR {
 		default:
 			continue
 		}
+		t = canonicalName(t)
 		if !inZone(t, z.origin) || slices.Contains(seen, t) {
 			continue
 		}
@@ -437,6 +429,9 @@ func newItem(spec *setSpec, label string, rdata []string) (item, error) {
 			return it, spec.errf("item %s: %v", label, err)
 		}
 		lowerTargets(rr)
+		if c, ok := rr.(*dns.CNAME); ok {
+			it.target = canonicalName(c.Target) // one per item (above)
+		}
 		for _, o := range it.addrs {
 			if dns.IsDuplicate(o.rr, rr) {
 				return it, spec.errf("item %s: rdata %q given twice", label, rd)
@@ -489,6 +484,9 @@ func newRR(name string, ttl uint32, qtype uint16, rdata, origin string) (dns.RR,
 	if rr == nil || rr.Header().Rrtype != qtype {
 		return nil, fmt.Errorf("rdata %q is not valid %s data", rdata, ts)
 	}
+	if err := packable(rr); err != nil {
+		return nil, fmt.Errorf("rdata %q is not valid %s data: %v", rdata, ts, err)
+	}
 	if qtype == dns.TypeA || qtype == dns.TypeAAAA {
 		// dns.NewRR accepts an IPv4 address for AAAA and the other way round in some forms.
 		if ip, ok := addrOf(rr); !ok || ip.Is4() != (qtype == dns.TypeA) {
@@ -498,18 +496,25 @@ func newRR(name string, ttl uint32, qtype uint16, rdata, origin string) (dns.RR,
 	return rr, nil
 }
 
-// relName makes name fully qualified relative to origin: "@" is the origin, a name ending in a
-// dot is absolute.
-func relName(name, origin string) string {
-	if name == "@" {
-		return origin
+// packable returns an error when rr cannot be written into a message, or has no rdata where
+// its type needs some: the zone parser accepts `a CNAME` with nothing after it (as dynamic updates
+// write deletions), which file loads and answers with an empty CNAME no resolver can use.
+func packable(rr dns.RR) error {
+	buf := make([]byte, 2*dns.Len(rr)+64)
+	off, err := dns.PackRR(rr, buf, 0, nil, false)
+	if err == dns.ErrBuf {
+		buf = make([]byte, dns.MaxMsgSize)
+		off, err = dns.PackRR(rr, buf, 0, nil, false)
 	}
-	name = strings.ToLower(name)
-	if dns.IsFqdn(name) {
-		return name
+	if err != nil {
+		return fmt.Errorf("the record cannot be written in a message: %v", err)
 	}
-	if origin == "." {
-		return name + "."
+	switch rr.Header().Rrtype {
+	case dns.TypeNULL, dns.TypeAPL: // their rdata may be empty (RFC 1035 3.3.10, RFC 3123 4)
+	default:
+		if _, hdr, err := dns.UnpackDomainName(buf, 0); err == nil && off == hdr+10 {
+			return fmt.Errorf("no rdata (a %s record needs some)", dns.TypeToString[rr.Header().Rrtype])
+		}
 	}
-	return name + "." + origin
+	return nil
 }

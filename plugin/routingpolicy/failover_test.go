@@ -1,6 +1,7 @@
 package routingpolicy
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/coresteer/coresteer/plugin/pkg/health"
@@ -104,4 +105,32 @@ func TestFailoverFailOpenTrickle(t *testing.T) {
 	got := count(t, rp, "www.example.org.", "10.1.1.1", draws)
 	within(t, "fail open trickle 0.5 to the backup", got["10.9.1.1"], draws, 0.5)
 	within(t, "fail open trickle 0.5 to the primary", got["10.0.0.1,10.0.0.2"], draws, 0.5)
+}
+
+// TestFailoverFailOpenTrickleFencedBackup: R-FO-4, R-WRR-7 with trickle 1 and a fenced geo
+// backup: with every address unhealthy, each client gets exactly the answer it gets with every
+// address healthy: the backup's nearest location, whole (fencing changes nothing while that
+// location is healthy, so "as if everything were healthy" is the nearest location, not the
+// primary and not a farther one).
+func TestFailoverFailOpenTrickleFencedBackup(t *testing.T) {
+	block := `routingpolicy example.org {` + geoLoc + `
+		failover www A 60 "10.0.0.1,10.0.0.2" "us-east1=10.9.1.1,10.9.1.2;europe-west2=10.9.2.1" trickle 1 fence healthcheck web
+	}`
+	healthy, _ := newTest(t, block)
+	down, b := newTest(t, block)
+	for _, a := range []string{"10.0.0.1", "10.0.0.2", "10.9.1.1", "10.9.1.2", "10.9.2.1"} {
+		set(b, "web", a, health.Unhealthy)
+	}
+	// us-east1 (the server's region), europe-west1 (nearest backup: europe-west2), asia-east1
+	// (no backup location of its own).
+	for _, client := range []string{"10.1.1.1", "10.2.1.1", "10.3.1.1"} {
+		want := count(t, healthy, "www.example.org.", client, 100)
+		got := count(t, down, "www.example.org.", client, 100)
+		if len(want) != 1 || len(got) != 1 || fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("client %s: all unhealthy %v, all healthy %v", client, got, want)
+		}
+	}
+	if got := one(t, down, "10.1.1.1"); got != "10.9.1.1,10.9.1.2" {
+		t.Errorf("us-east1 client, all unhealthy: %s, want the us-east1 backup whole", got)
+	}
 }

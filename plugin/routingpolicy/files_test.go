@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 	"github.com/coresteer/coresteer/plugin/pkg/health"
 
 	"github.com/miekg/dns"
@@ -145,7 +146,7 @@ func TestReloadKeepsLastGood(t *testing.T) {
 		os.Chtimes(f, mod, mod)
 	}
 	write("- {name: www.example.org., type: A, ttl: 30, routingPolicy: {wrr: {items: [{weight: 1, rrdatas: [10.0.0.1]}]}}}\n", fixedNow)
-	rp, _ := newTest(t, `routingpolicy example.org {
+	rp, b := newTest(t, `routingpolicy example.org {
 		reload 0
 		recordsets `+f+`
 	}`)
@@ -170,6 +171,11 @@ func TestReloadKeepsLastGood(t *testing.T) {
 	}
 	if a := rp.data.Load().policies[0].items[0].addrs[0]; a.t == nil || a.t.Key().Addr.String() != "10.0.0.2" {
 		t.Fatalf("board target after reload: %+v", a.t)
+	}
+	// H-6: the board holds what is served, and nothing of the data the reload replaced.
+	if !coretest.Held(b, health.Key{Addr: mustAddr("10.0.0.2")}) || coretest.Held(b, health.Key{Addr: mustAddr("10.0.0.1")}) {
+		t.Fatalf("board after reload: 10.0.0.2 held %v, 10.0.0.1 held %v; want only the served one",
+			coretest.Held(b, health.Key{Addr: mustAddr("10.0.0.2")}), coretest.Held(b, health.Key{Addr: mustAddr("10.0.0.1")}))
 	}
 	if rp.reloadIfChanged(fixedNow) {
 		t.Fatal("unchanged file reloaded")

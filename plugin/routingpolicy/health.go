@@ -86,7 +86,7 @@ type holdings struct {
 // record sets check probed (H-6: the same call at startup and on a file reload, released by
 // withdraw on a file reload, at shutdown, and when a failed reload is abandoned) and holds its
 // metric series, setting the configured shares.
-func (d *data) declare(demand *health.Demand) *holdings {
+func (d *data) declare(demand *health.Demand, gen uint64) *holdings {
 	h := &holdings{}
 	for _, p := range d.policies {
 		p.each(func(a *addr) {
@@ -104,7 +104,7 @@ func (d *data) declare(demand *health.Demand) *holdings {
 		}
 		if p.kind == WRR {
 			var w *lifecycle.Writer
-			w, _ = shareWriters.Join([2]string{p.zone, p.label}, func() { w.Write(p.setShares) })
+			w = shareWriters.Join([2]string{p.zone, p.label}, gen, func() { w.Write(p.setShares) })
 			w.Write(p.setShares)
 			h.shares = append(h.shares, w)
 		}

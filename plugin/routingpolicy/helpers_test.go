@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,7 +36,7 @@ func newTest(tb testing.TB, block string) (*RoutingPolicy, *health.Board) {
 	if err != nil {
 		tb.Fatalf("load: %v", err)
 	}
-	b := health.NewBoard(func() time.Time { return fixedNow })
+	b := health.NewBoard(countingClock())
 	rp := New(cfgs[0], d)
 	rp.board = b
 	rp.rnd = rand.New(rand.NewPCG(1, 2)).Uint64
@@ -44,6 +45,13 @@ func newTest(tb testing.TB, block string) (*RoutingPolicy, *health.Board) {
 	}
 	tb.Cleanup(func() { rp.OnShutdown() })
 	return rp, b
+}
+
+// countingClock is a board clock that moves on a nanosecond from fixedNow at every reading, so
+// coretest.Held can tell a target held from one it creates.
+func countingClock() func() time.Time {
+	var n atomic.Int64
+	return func() time.Time { return fixedNow.Add(time.Duration(n.Add(1))) }
 }
 
 // loadErr returns the error of parsing and loading block, or nil.

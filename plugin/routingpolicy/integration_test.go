@@ -245,7 +245,7 @@ func TestIntegrationFileReloadProbesNewAddress(t *testing.T) {
 	}
 	// The new address is probed: its target is published by the check, and once its probe has
 	// failed it leaves the answers.
-	if !probed(health.Key{Check: "web", Addr: mustAddr("127.0.0.33")}) {
+	if _, probed := coretest.OnBoard(health.Default, health.Key{Check: "web", Addr: mustAddr("127.0.0.33")}); !probed {
 		t.Fatal("the address the reload added is not probed")
 	}
 	for {
@@ -369,14 +369,6 @@ func TestIntegrationDNSSEC(t *testing.T) {
 }
 
 func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
-
-// probed reports whether something publishes k on the process board (a healthcheck probe). It
-// holds k only while it looks.
-func probed(k health.Key) bool {
-	t := health.Default.Acquire(k)
-	defer health.Default.Release(t)
-	return t.Checked()
-}
 
 // series returns the values of label of the series of metric name in the process registry.
 func series(t *testing.T, name, label string) []string {

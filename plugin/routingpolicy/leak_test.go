@@ -8,14 +8,16 @@ import (
 	"time"
 
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
+	"github.com/coresteer/coresteer/plugin/pkg/health"
 
 	"github.com/miekg/dns"
 	"go.uber.org/goleak"
 )
 
 // TestIntegrationReloadNoLeak reloads a Corefile whose block runs a file reload loop and checks
-// that no goroutine outlives the server, and that the metric series follow the configuration
-// (H-6): a record set that a reload removes, or the shutdown, takes its series with it.
+// that no goroutine outlives the server, and that the metric series and board references follow
+// the configuration (H-6): a record set that a reload removes, or the shutdown, takes its series
+// and its board targets with it.
 func TestIntegrationReloadNoLeak(t *testing.T) {
 	opts := append(coretest.ServerLoops(), goleak.IgnoreCurrent())
 	defer func() {
@@ -75,8 +77,16 @@ func TestIntegrationReloadNoLeak(t *testing.T) {
 	if got := series(t, share, "name"); !slices.Equal(got, []string{"www.example.org./A"}) {
 		t.Fatalf("%s names %v after a reload removed w2", share, got)
 	}
+	// The board holds what is served and nothing else.
+	www, w2 := health.Key{Addr: mustAddr("192.0.2.77")}, health.Key{Addr: mustAddr("192.0.2.78")}
+	if !coretest.Held(health.Default, www) || coretest.Held(health.Default, w2) {
+		t.Fatalf("after a reload removed w2: %v held %v, %v held %v", www, coretest.Held(health.Default, www), w2, coretest.Held(health.Default, w2))
+	}
 	s.Stop()
 	if got := series(t, share, "name"); len(got) != 0 {
 		t.Fatalf("%s names %v after shutdown", share, got)
+	}
+	if coretest.Held(health.Default, www) {
+		t.Fatalf("%v still held on the board after shutdown", www)
 	}
 }

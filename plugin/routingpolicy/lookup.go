@@ -41,11 +41,26 @@ type result struct {
 	referral bool
 }
 
+// maxChain and maxRestarts are how far file follows a CNAME chain (plugin/file lookup.go), kept
+// so a zone moved from file answers the same (R-ZONE-1). file follows at most 10 CNAMEs through
+// names its tree holds, then answers NOERROR with the apex NS set (a referral when the next name
+// is under a cut). A name it does not hold (one a wildcard or a DNAME answers, an empty
+// non-terminal, a name that does not exist), and every name of an NS query, it looks up afresh
+// through the server, which starts the count again; the 9th fresh lookup is SERVFAIL.
+const (
+	maxChain    = 10
+	maxRestarts = 8
+)
+
+// maxUsed is how many policies of one chain are accounted for (metrics, metadata, logs).
+const maxUsed = maxChain
+
 // lookup fills m with the answer for qname/qtype, as CoreDNS's file plugin does (R-ZONE-1): the
-// records, in-zone CNAMEs and DNAMEs chased (at most maxChase steps), NS in authority for
-// positive answers and the SOA for negative ones, referrals with glue at zone cuts, wildcards
-// synthesized (R-ZONE-2), and the addresses of in-zone MX/SRV targets in additional.
-func (z *zone) lookup(m *dns.Msg, qname string, qtype uint16, src *source, rnd func() uint64, us *[maxChase]used) result {
+// records, in-zone CNAMEs and DNAMEs chased as far as file does (maxChain, maxRestarts), NS in
+// authority for positive answers and the SOA for negative ones, referrals with glue at zone
+// cuts, wildcards synthesized (R-ZONE-2), and the addresses of in-zone MX/SRV targets in
+// additional.
+func (z *zone) lookup(m *dns.Msg, qname string, qtype uint16, src *source, rnd func() uint64, us *[maxUsed]used) result {
 	res := result{rcode: dns.RcodeSuccess}
 	if qname == z.origin && qtype == dns.TypeNS {
 		// As file: the apex NS set with the in-zone addresses of its servers, no authority.
@@ -53,8 +68,23 @@ func (z *zone) lookup(m *dns.Msg, qname string, qtype uint16, src *source, rnd f
 		return res
 	}
 	name := qname
-	for range maxChase {
+	chain, restarts := 0, 0 // CNAMEs since file's last fresh lookup; fresh lookups
+	for step := 0; ; step++ {
 		n, how := z.locate(name, qtype)
+		if step > 0 && how != delegation {
+			if how != exact || !z.held(n) || qtype == dns.TypeNS || qtype == dns.TypeSOA && name == z.origin {
+				// file looks this name up afresh.
+				if restarts++; restarts > maxRestarts {
+					res.rcode = dns.RcodeServerFailure
+					m.Ns = z.ns
+					return res
+				}
+				chain = 0
+			} else if chain == maxChain {
+				m.Ns = z.ns // the resolver goes on from here
+				return res
+			}
+		}
 		switch how {
 		case nxdomain:
 			// RFC 6604: the rcode is that of the last name of a CNAME chain.
@@ -67,22 +97,29 @@ func (z *zone) lookup(m *dns.Msg, qname string, qtype uint16, src *source, rnd f
 			res.referral = true
 			return res
 		case substitute:
-			target, ok := substitute6672(name, n.name, n.dname.Target)
+			target, ok := substitute6672(name, n.name, n.dtarget)
 			m.Answer = append(m.Answer, n.dname)
 			if !ok {
 				// RFC 6672 2.2: the substituted name is too long.
 				res.rcode = dns.RcodeYXDomain
 				return res
 			}
+			// The synthesized target keeps the DNAME target's case, as file's does; the chase
+			// goes on with the canonical name.
+			written := target
+			if n.dname.Target != n.dtarget {
+				written, _ = substitute6672(name, n.name, n.dname.Target)
+			}
 			m.Answer = append(m.Answer, &dns.CNAME{
 				Hdr:    dns.RR_Header{Name: name, Rrtype: dns.TypeCNAME, Class: dns.ClassINET, Ttl: n.dname.Hdr.Ttl},
-				Target: target,
+				Target: written,
 			})
 			if qtype == dns.TypeCNAME || !inZone(target, z.origin) {
 				m.Ns = z.ns
 				return res
 			}
 			name = target
+			chain++
 			continue
 		}
 		if len(n.sets) == 0 {
@@ -106,16 +143,18 @@ func (z *zone) lookup(m *dns.Msg, qname string, qtype uint16, src *source, rnd f
 			return res
 		}
 		start := len(m.Answer)
-		extra := s.extra
+		extra, target := s.extra, s.target
 		if s.pol != nil {
 			if m.Answer == nil {
 				m.Answer = make([]dns.RR, 0, s.pol.maxRRs()+1)
 			}
 			var o outcome
 			m.Answer, o = s.pol.answer(m.Answer, src, rnd)
-			us[res.n] = used{p: s.pol, o: o}
-			res.n++
-			extra = o.it.extra
+			if res.n < len(us) {
+				us[res.n] = used{p: s.pol, o: o}
+				res.n++
+			}
+			extra, target = o.it.extra, o.it.target
 		} else {
 			if m.Answer == nil {
 				m.Answer = make([]dns.RR, 0, len(s.rrs))
@@ -133,20 +172,22 @@ func (z *zone) lookup(m *dns.Msg, qname string, qtype uint16, src *source, rnd f
 			return res
 		}
 		// Chase an in-zone CNAME; an out-of-zone target is left to the resolver.
-		target := ""
-		if len(m.Answer) > start {
-			if c, ok := m.Answer[len(m.Answer)-1].(*dns.CNAME); ok {
-				target = c.Target // lower case since load
-			}
-		}
 		if target == "" || !inZone(target, z.origin) {
 			m.Ns = z.ns
 			return res
 		}
 		name = target
+		chain++
 	}
-	m.Ns = z.ns // a chain longer than maxChase: the resolver goes on from here
-	return res
+}
+
+// held reports whether file's tree holds n: a name with records other than the apex SOA and NS,
+// which file keeps apart (an empty non-terminal is not held either).
+func (z *zone) held(n *node) bool {
+	if n == z.apex {
+		return len(n.sets) > 2
+	}
+	return len(n.sets) > 0
 }
 
 // substitute6672 replaces the suffix owner of name, which is below it, with target (RFC 6672
@@ -160,7 +201,7 @@ func substitute6672(name, owner, target string) (string, bool) {
 	if target == "." {
 		out = prefix
 	}
-	if _, ok := dns.IsDomainName(out); !ok {
+	if wireLen(out) > maxNameLen {
 		return "", false
 	}
 	return out, true

@@ -174,7 +174,8 @@ func (g *zoneGen) generate() {
 	}
 
 	// Plain data at depths 1..3.
-	pool := []string{"www", "mail", "api", "web", "a", "b", "c"}
+	// Labels with a dot or a space in them are written escaped (`x\.y`), as on the wire.
+	pool := []string{"www", "mail", "api", "web", "a", "b", "c", `x\.y`, `my\ printer`}
 	for i := range 8 + g.r.IntN(10) {
 		depth := 1 + g.r.IntN(3)
 		labels := make([]string, depth)
@@ -215,10 +216,10 @@ func (g *zoneGen) generate() {
 		dn := g.fq("dn")
 		g.dnames = append(g.dnames, dn)
 		if g.r.IntN(2) == 0 {
-			g.add(fmt.Sprintf("%s 300 IN DNAME example.net.", dn))
+			g.add(fmt.Sprintf("%s 300 IN DNAME %s", dn, g.mixCase("example.net.")))
 		} else {
 			tgt := g.fq("dtarget")
-			g.add(fmt.Sprintf("%s 300 IN DNAME %s", dn, tgt))
+			g.add(fmt.Sprintf("%s 300 IN DNAME %s", dn, g.mixCase(tgt))) // file keeps its case
 			g.add(fmt.Sprintf("www.%s 300 IN A 192.0.2.60", tgt))
 			g.add(fmt.Sprintf(`x.%s 300 IN TXT "dtarget"`, tgt))
 			g.terminals = append(g.terminals, "www."+tgt, "x."+tgt)
@@ -263,6 +264,28 @@ func (g *zoneGen) generate() {
 		w := g.fq("*.wildent")
 		g.wilds = append(g.wilds, w)
 		g.add(fmt.Sprintf("a.%s 300 IN A 192.0.2.90", w))
+	}
+	// A long chain, past file's limit of 10 CNAMEs, sometimes through a wildcard (which starts
+	// file's count again): long0 → long1 → … → a name that ends a chain.
+	if g.r.IntN(2) == 0 {
+		n := 8 + g.r.IntN(8)
+		wild := -1
+		if g.r.IntN(2) == 0 {
+			wild = g.r.IntN(n - 1)
+			g.wilds = append(g.wilds, g.fq("*.lwild"))
+			g.add(fmt.Sprintf("%s 300 IN CNAME %s", g.fq("*.lwild"), g.fq(fmt.Sprintf("long%d", wild+1))))
+		}
+		for i := range n {
+			target := g.fq(fmt.Sprintf("long%d", i+1))
+			switch i {
+			case wild:
+				target = g.fq(fmt.Sprintf("w%d.lwild", g.r.IntN(10)))
+			case n - 1:
+				target = g.chainEnd()
+			}
+			g.add(fmt.Sprintf("%s 300 IN CNAME %s", g.fq(fmt.Sprintf("long%d", i)), g.mixCase(target)))
+			g.cnames = append(g.cnames, g.fq(fmt.Sprintf("long%d", i)))
+		}
 	}
 	// CNAMEs: to names that end a chain, or to an earlier CNAME.
 	for i := range 1 + g.r.IntN(4) {
@@ -339,7 +362,9 @@ func (g *zoneGen) mixCase(s string) string {
 	return string(b)
 }
 
-// text is the zone file: records in random order with owners in mixed case.
+// text is the zone file: records in random order, owners in mixed case, owners and in-zone
+// targets with some octets written as escapes (RFC 1035 5.1: `\097` or `\a` for `a`, `\042` or
+// `\*` for the wildcard label), which name the same names as their plain spelling.
 func (g *zoneGen) text() string {
 	var b strings.Builder
 	// The SOA first, as file wants.
@@ -348,11 +373,73 @@ func (g *zoneGen) text() string {
 	g.r.Shuffle(len(rest), func(i, j int) { rest[i], rest[j] = rest[j], rest[i] })
 	for _, rr := range rest {
 		c := dns.Copy(rr)
-		c.Header().Name = g.mixCase(c.Header().Name)
+		h := c.Header()
+		h.Name = g.mixCase(h.Name)
+		if h.Rrtype != dns.TypeSRV {
+			// file keeps SRV owners as written and then misses the empty non-terminals above
+			// an escaped one (README, Differences from file).
+			h.Name = g.escape(h.Name, parityOrigin)
+		}
+		// Targets file looks up in its tree (MX, SRV, NS) are escaped in their first label:
+		// file compares the others with a cut's labels as written. CNAME and DNAME targets are
+		// not: file asks itself again for the names they lead to, as written, and that lookup
+		// compares labels as written (README, Differences from file).
+		switch v := c.(type) {
+		case *dns.MX:
+			v.Mx = g.escapeFirst(v.Mx)
+		case *dns.SRV:
+			v.Target = g.escapeFirst(v.Target)
+		case *dns.NS:
+			v.Ns = g.escapeFirst(v.Ns)
+		}
 		b.WriteString(c.String() + "\n")
 	}
 	return b.String()
 }
+
+// escape writes some octets of the labels of name above suffix as escapes. Labels of suffix
+// stay as they are: file compares them as written when it decides what is in the zone.
+func (g *zoneGen) escape(name, suffix string) string {
+	if !dns.IsSubDomain(suffix, name) || strings.EqualFold(name, suffix) {
+		return name
+	}
+	rel := name[:len(name)-len(suffix)]
+	var b strings.Builder
+	for i := 0; i < len(rel); i++ {
+		c := rel[i]
+		switch {
+		case c == '\\':
+			// An escape already: copy it whole (\DDD or \c).
+			n := 2
+			if i+3 < len(rel) && isDigit(rel[i+1]) && isDigit(rel[i+2]) && isDigit(rel[i+3]) {
+				n = 4
+			}
+			b.WriteString(rel[i : i+n])
+			i += n - 1
+		case c == '*' && i == 0:
+			b.WriteString([]string{"*", `\*`, `\042`}[g.r.IntN(3)])
+		case ('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') && g.r.IntN(6) == 0:
+			if g.r.IntN(2) == 0 {
+				fmt.Fprintf(&b, `\%03d`, c)
+			} else {
+				b.WriteString(`\` + string(c))
+			}
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String() + name[len(rel):]
+}
+
+// escapeFirst escapes some octets of the first label of an in-zone name.
+func (g *zoneGen) escapeFirst(name string) string {
+	if !dns.IsSubDomain(parityOrigin, name) || strings.EqualFold(name, parityOrigin) {
+		return name
+	}
+	return g.escape(name, parentName(name))
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 
 // ents returns the empty non-terminals: ancestors of owners without records of their own.
 func (g *zoneGen) ents() []string {
@@ -471,15 +558,7 @@ func (g *zoneGen) compare(q question, want, got *dns.Msg) string {
 	if d := diffSection("answer", want.Answer, got.Answer); d != "" {
 		return d
 	}
-	wantNs := slices.Clone(want.Ns)
-	for i, rr := range wantNs {
-		// Difference 1 (RFC 2308 3): a negative answer's SOA has the TTL min(SOA TTL, MINIMUM).
-		if soa, ok := rr.(*dns.SOA); ok {
-			c := dns.Copy(soa).(*dns.SOA)
-			c.Hdr.Ttl = min(c.Hdr.Ttl, c.Minttl)
-			wantNs[i] = c
-		}
-	}
+	wantNs := negTTL(want.Ns)
 	// Difference 2 (RFC 2308 2.2): a CNAME chain that ends at a name without the type is NODATA
 	// and carries the SOA; file gives the apex NS set when it found the last name in its tree, and
 	// on NS queries.
@@ -498,6 +577,20 @@ func (g *zoneGen) compare(q question, want, got *dns.Msg) string {
 		return d
 	}
 	return diffSection("additional", noOPT(want.Extra), noOPT(got.Extra))
+}
+
+// negTTL returns file's authority section with difference 1 applied (RFC 2308 3): a negative
+// answer's SOA has the TTL min(SOA TTL, MINIMUM).
+func negTTL(ns []dns.RR) []dns.RR {
+	out := slices.Clone(ns)
+	for i, rr := range out {
+		if soa, ok := rr.(*dns.SOA); ok {
+			c := dns.Copy(soa).(*dns.SOA)
+			c.Hdr.Ttl = min(c.Hdr.Ttl, c.Minttl)
+			out[i] = c
+		}
+	}
+	return out
 }
 
 // isReferralFor reports whether m's authority is the NS set of a zone cut at or above name.
@@ -535,8 +628,9 @@ func noOPT(rrs []dns.RR) []dns.RR {
 	return slices.DeleteFunc(slices.Clone(rrs), func(rr dns.RR) bool { return rr.Header().Rrtype == dns.TypeOPT })
 }
 
-// diffSection compares two sections as multisets of records with names compared without case
-// (RFC 4343: file keeps the case of SRV owners as written, we answer in lower case).
+// diffSection compares two sections as multisets of records, exactly but for the owner names of
+// SRV records, which file keeps as written and we answer in lower case (README, Differences from
+// file; RFC 4343).
 func diffSection(section string, want, got []dns.RR) string {
 	w, g := canon(want), canon(got)
 	if slices.Equal(w, g) {
@@ -548,22 +642,11 @@ func diffSection(section string, want, got []dns.RR) string {
 func canon(rrs []dns.RR) []string {
 	out := make([]string, 0, len(rrs))
 	for _, rr := range rrs {
-		c := dns.Copy(rr)
-		h := c.Header()
-		h.Name = strings.ToLower(h.Name)
-		switch v := c.(type) {
-		case *dns.CNAME:
-			v.Target = strings.ToLower(v.Target)
-		case *dns.DNAME:
-			v.Target = strings.ToLower(v.Target)
-		case *dns.NS:
-			v.Ns = strings.ToLower(v.Ns)
-		case *dns.MX:
-			v.Mx = strings.ToLower(v.Mx)
-		case *dns.SRV:
-			v.Target = strings.ToLower(v.Target)
+		if rr.Header().Rrtype == dns.TypeSRV {
+			rr = dns.Copy(rr)
+			rr.Header().Name = strings.ToLower(rr.Header().Name)
 		}
-		out = append(out, c.String())
+		out = append(out, rr.String())
 	}
 	slices.Sort(out)
 	return out

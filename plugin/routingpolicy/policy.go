@@ -78,6 +78,7 @@ type item struct {
 	loc    region.ID
 	addrs  []addr
 	extra  []dns.RR // the in-zone addresses of MX/SRV targets, for the additional section
+	target string   // a CNAME item's target, canonical, for the chase
 
 	mdItem func() string                  // precomputed metadata value, so the query path does not allocate
 	served *atomic.Pointer[cachedCounter] // a pointer, so items can be built by value

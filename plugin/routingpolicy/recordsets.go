@@ -202,7 +202,7 @@ func (rs *apiRecordSet) convert(file string) ([]dns.RR, *setSpec, error) {
 		}
 		ttl = uint32(*rs.TTL)
 	}
-	name := strings.ToLower(rs.Name)
+	name := canonicalName(rs.Name)
 	rp := rs.RoutingPolicy
 	if rp == nil || (rp.WRR == nil && rp.Geo == nil && rp.PrimaryBackup == nil) {
 		if len(rs.Rrdatas) == 0 {

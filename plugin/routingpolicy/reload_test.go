@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coredns/caddy"
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 	"github.com/coresteer/coresteer/plugin/pkg/health"
 
@@ -125,5 +126,50 @@ func TestConfiguredShareOnlyForLoadedDataH6(t *testing.T) {
 	}
 	if got := addrs(ask(t, rp, "refused.share.test.", dns.TypeA, "10.1.1.1")); strings.Contains(got, "10.0.0.5") {
 		t.Errorf("the refused data is served: %s", got)
+	}
+}
+
+// H-6 and R-WRR-3, the newest-writer rule: during a reload's overlap a file reload of the old
+// instance does not write the configured shares over the new instance's (the newest instance
+// writes, however late the other joins); when the new instance is abandoned, the old one's
+// current data writes them again.
+func TestOldInstanceFileReloadKeepsTheNewSharesH6(t *testing.T) {
+	const zone = "shares.test."
+	old, b, write := reloadFile(t, zone, `- {name: www.shares.test., type: A, routingPolicy: {wrr: {items: [{weight: 1, rrdatas: [10.0.0.1]}, {weight: 1, rrdatas: [10.0.0.2]}]}}}
+`)
+	old.gen = 1 // its instance is older than next's
+	c := caddy.NewTestController("dns", `routingpolicy shares.test {
+		wrr www A 30 "3=10.0.0.1;1=10.0.0.2"
+	}`)
+	cfgs, err := parse(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := cfgs[0].load(fixedNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := New(cfgs[0], d)
+	next.board, next.gen = b, 2
+	if err := next.OnStartup(nil); err != nil {
+		t.Fatal(err)
+	}
+	share := func() float64 { return value(t, wrrConfiguredShare.WithLabelValues(zone, "www.shares.test./A", "0")) }
+	if got := share(); got != 0.75 {
+		t.Fatalf("share of item 0 with the new instance running: %v, want 0.75", got)
+	}
+	write(`- {name: www.shares.test., type: A, routingPolicy: {wrr: {items: [{weight: 1, rrdatas: [10.0.0.1]}, {weight: 4, rrdatas: [10.0.0.2]}]}}}
+`)
+	if !old.reloadIfChanged(fixedNow) {
+		t.Fatal("the old instance's file was not reloaded")
+	}
+	if got := share(); got != 0.75 {
+		t.Fatalf("share of item 0 after the old instance's file reload: %v, want the new instance's 0.75", got)
+	}
+	if err := next.OnShutdown(); err != nil { // the reload failed: the new instance is abandoned
+		t.Fatal(err)
+	}
+	if got := share(); got != 0.2 {
+		t.Fatalf("share of item 0 after the new instance left: %v, want the old instance's current 0.2", got)
 	}
 }

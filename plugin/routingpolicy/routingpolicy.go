@@ -7,6 +7,7 @@ package routingpolicy
 import (
 	"context"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +29,7 @@ type RoutingPolicy struct {
 	data   atomic.Pointer[data]
 	board  *health.Board
 	demand *health.Demand // the Corefile instance's: checks defined, probes wanted
+	gen    uint64         // the instance's lifecycle.Generation: the newest writes the shares
 	// rnd returns uniform 64-bit values. The default is math/rand/v2's runtime source, which has
 	// per-thread state and no lock; tests set a seeded one.
 	rnd func() uint64
@@ -62,13 +64,15 @@ func New(cfg *Config, d *data) *RoutingPolicy {
 // Name implements plugin.Handler.
 func (rp *RoutingPolicy) Name() string { return "routingpolicy" }
 
-// maxChase bounds in-zone CNAME chasing.
-const maxChase = 8
-
 // ServeDNS implements plugin.Handler.
 func (rp *RoutingPolicy) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 	state := request.Request{W: w, Req: r}
 	qname := state.Name()
+	if strings.IndexByte(qname, '\\') >= 0 && !wireEscaped(qname) {
+		// A name built in the server, not unpacked from the wire (`\097bc` for `abc`): the zone's
+		// names are in wire-unpacked form, as file's comparison of names would see them.
+		qname = canonicalName(qname)
+	}
 	d := rp.data.Load()
 	z := d.match(qname)
 	if z == nil {
@@ -83,7 +87,7 @@ func (rp *RoutingPolicy) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *
 	m := new(dns.Msg)
 	m.SetReply(r)
 	m.Authoritative = true
-	var used [maxChase]used
+	var used [maxUsed]used
 	res := z.lookup(m, qname, qtype, &src, rp.rnd, &used)
 
 	if res.rcode == dns.RcodeNameError && len(m.Answer) == 0 && rp.cfg.Fall.Through(qname) {
@@ -165,7 +169,7 @@ func (rp *RoutingPolicy) OnStartup(conf *dnsserver.Config) error {
 			log.Warningf("cache is in the server block of %v: it does not key on the client's region, so one region's answer is served to every region until it expires", rp.cfg.Zones)
 		}
 	}
-	rp.held = d.declare(rp.demand)
+	rp.held = d.declare(rp.demand, rp.gen)
 	zoneSeries.Hold(rp.cfg.Zones[0])
 	rp.started = true
 	if rp.cfg.Reload > 0 && (rp.cfg.ZoneFile != "" || rp.cfg.RecordSets != "") {
@@ -247,7 +251,7 @@ func (rp *RoutingPolicy) reloadIfChanged(now time.Time) bool {
 				return refuse("refused", err)
 			}
 		}
-		held := d.declare(rp.demand)
+		held := d.declare(rp.demand, rp.gen)
 		old := rp.data.Swap(d)
 		rp.held.withdraw()
 		old.release(rp.board)

@@ -56,6 +56,7 @@ func setup(c *caddy.Controller) error {
 		}
 		rp := New(cfg, d)
 		rp.demand = demand
+		rp.gen = lifecycle.Generation(c)
 		conf := dnsserver.GetConfig(c)
 		lifecycle.Hook(c, func() error { return rp.OnStartup(conf) }, rp.OnShutdown)
 		conf.AddPlugin(func(next plugin.Handler) plugin.Handler {
@@ -86,7 +87,7 @@ func parseBlock(c *caddy.Controller) (*Config, error) {
 		return nil, c.Errf("no zone given")
 	}
 	for i := range cfg.Zones {
-		cfg.Zones[i] = strings.ToLower(cfg.Zones[i])
+		cfg.Zones[i] = canonicalName(cfg.Zones[i])
 	}
 	origin := cfg.Zones[0]
 	seen := map[string]bool{}

@@ -29,8 +29,10 @@ type node struct {
 	// from its own data.
 	guard *node
 	cut   *referral  // set when the node is a zone cut: NS records below the apex
-	dname *dns.DNAME // the DNAME owned here
-	wild  *node      // the node "*.<name>": the source of synthesis below this closest encloser
+	dname *dns.DNAME // the DNAME owned here, its target as written (file answers it so)
+	// dtarget is the DNAME's target in canonical form, for substitutions that are looked up.
+	dtarget string
+	wild    *node // the node "*.<name>": the source of synthesis below this closest encloser
 }
 
 // referral is what a zone cut answers: its NS set in authority and the addresses of the name
@@ -48,6 +50,8 @@ type rrset struct {
 	// extra are the in-zone addresses of the targets of plain MX, SRV, SVCB and HTTPS records,
 	// for the additional section (as file does).
 	extra []dns.RR
+	// target is the target of a plain CNAME set (one record), canonical, for the chase.
+	target string
 }
 
 func (n *node) find(qtype uint16) *rrset {
@@ -100,7 +104,20 @@ func inZone(name, origin string) bool {
 	if len(name) < len(origin) || name[len(name)-len(origin):] != origin {
 		return false
 	}
-	return len(name) == len(origin) || name[len(name)-len(origin)-1] == '.'
+	if len(name) == len(origin) {
+		return true
+	}
+	// The dot before origin must end a label: not escaped (`a\.example.org.` is one label
+	// "a.example" under "org."), so not preceded by an odd number of backslashes.
+	i := len(name) - len(origin) - 1
+	if name[i] != '.' {
+		return false
+	}
+	j := i
+	for j > 0 && name[j-1] == '\\' {
+		j--
+	}
+	return (i-j)%2 == 0
 }
 
 // parent returns the name one label up; ok is false for the root.

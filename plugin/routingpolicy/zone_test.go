@@ -1,7 +1,9 @@
 package routingpolicy
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -9,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coredns/coredns/plugin/file"
 	"github.com/coredns/coredns/plugin/test"
+	"github.com/coredns/coredns/request"
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 	"github.com/coresteer/coresteer/plugin/pkg/health"
 
@@ -185,6 +189,28 @@ func TestZoneDNAME(t *testing.T) {
 	})
 }
 
+// TestZoneDNAMETooLong: R-ZONE-2, RFC 6672 2.2: a substitution of 255 octets answers its CNAME;
+// one of 256 or 257 is YXDOMAIN. Regression: the length was checked with dns.IsDomainName,
+// which lets 257 octets through, and the answer could not be packed.
+func TestZoneDNAMETooLong(t *testing.T) {
+	l63 := strings.Repeat("t", 63)
+	target := l63 + "." + l63 + "." + l63 + ".example.net." // 205 octets
+	rp, _ := newTest(t, "routingpolicy example.org {\n record d DNAME 60 "+target+"\n}")
+	for _, tc := range []struct {
+		prefix int // octets of the one label above d: the result is 205 + 1 + prefix octets
+		rcode  int
+	}{{49, dns.RcodeSuccess}, {50, dns.RcodeYXDomain}, {51, dns.RcodeYXDomain}} {
+		q := strings.Repeat("p", tc.prefix) + ".d.example.org."
+		m := ask(t, rp, q, dns.TypeA, "10.1.1.1")
+		if m.Rcode != tc.rcode {
+			t.Errorf("%d octets after substitution: %s, want %s", 206+tc.prefix, dns.RcodeToString[m.Rcode], dns.RcodeToString[tc.rcode])
+		}
+		if _, err := m.Pack(); err != nil {
+			t.Errorf("%d octets after substitution: the answer does not pack: %v", 206+tc.prefix, err)
+		}
+	}
+}
+
 // TestZoneLoadChecks: R-ZONE-2, R-ZONE-3: what cannot be answered as written is refused at load
 // with an error that says why.
 func TestZoneLoadChecks(t *testing.T) {
@@ -202,6 +228,9 @@ func TestZoneLoadChecks(t *testing.T) {
 		{`record dn DNAME 60 a.dn`, "DNAME dn.example.org. → a.dn.example.org. points at or below itself"},
 		{`record dn DNAME 60 a.example.net.
 		  record dn DNAME 60 b.example.net.`, "a name has at most one DNAME"},
+		// Two CNAMEs at one name: the answer carried both (found by FuzzZoneFile).
+		{`record a CNAME 60 b
+		  record a CNAME 60 c`, "for a.example.org.: a name has at most one CNAME (RFC 2181 10.1)"},
 		{`record *.w DNAME 60 example.net.`, "DNAME at the wildcard *.w.example.org."},
 		{`record *.w NS 60 ns.example.net.`, "NS records at the wildcard *.w.example.org."},
 		// CNAME beside other data, at the apex.
@@ -235,11 +264,16 @@ func TestZoneCNAMELoop(t *testing.T) {
 		{`record a CNAME 60 x.w
 		  record *.w CNAME 60 a`, "CNAME loop: a.example.org. → x.w.example.org. → a.example.org."},
 		{`record d DNAME 60 e.example.org.
-		  record x.e CNAME 60 x.d`, "CNAME loop: x.e.example.org. → x.d.example.org. → x.e.example.org."},
+		  record x.e CNAME 60 x.d`, "CNAME and DNAME loop: x.d.example.org. → x.e.example.org. → x.d.example.org."},
 		{`record d DNAME 60 e.example.org.
-		  record e DNAME 60 d.example.org.`, "CNAME loop: loop-check.d.example.org. → loop-check.e.example.org. → loop-check.d.example.org."},
+		  record e DNAME 60 d.example.org.`, "DNAME loop: x.d.example.org. → x.e.example.org. → x.d.example.org."},
+		// A loop of DNAMEs that lengthens the name: every name below d comes back longer.
 		{`record d DNAME 60 a.e.example.org.
-		  record e DNAME 60 d.example.org.`, "chain longer than 64 steps"},
+		  record e DNAME 60 d.example.org.`, "DNAME loop: x.d.example.org. → x.a.e.example.org. → x.a.d.example.org. → …: every name below d.example.org. is substituted back below it"},
+		{`record a CNAME 60 x.d
+		  record d DNAME 60 b.f.example.org.
+		  record f DNAME 60 g.example.org.
+		  record g DNAME 60 d.example.org.`, "DNAME loop: x.d.example.org. → x.b.f.example.org. → x.b.g.example.org. → x.b.d.example.org. → …"},
 	} {
 		err := loadErr("routingpolicy example.org {\n" + tc.data + "\n}")
 		if err == nil || !strings.Contains(err.Error(), tc.err) {
@@ -254,6 +288,50 @@ func TestZoneCNAMELoop(t *testing.T) {
 		record y.e A 60 192.0.2.1
 	}`); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestZoneLongChainLoads: R-ZONE-3 refuses loops, not long chains, as file loads them: 70
+// CNAMEs, 70 DNAMEs and a chain that passes a DNAME twice with a CNAME between load; the lookup
+// answers as much as file would (TestZoneCNAMEChainLimit). Regression: any chain of more than 64
+// steps was refused as "a loop through DNAME substitution".
+func TestZoneLongChainLoads(t *testing.T) {
+	var cnames, dnames strings.Builder
+	for i := range 70 {
+		fmt.Fprintf(&cnames, "record c%d CNAME 60 c%d\n", i, i+1)
+		fmt.Fprintf(&dnames, "record d%d DNAME 60 d%d.example.org.\n", i, i+1)
+	}
+	for _, data := range []string{
+		cnames.String() + "record c70 A 60 192.0.2.1",
+		dnames.String() + "record x.d70 A 60 192.0.2.1",
+		// x.d → x.e (CNAME) → y.d → y.e: the DNAME d twice, but a CNAME between starts anew.
+		"record d DNAME 60 e.example.org.\nrecord x.e CNAME 60 y.d\nrecord y.e A 60 192.0.2.1",
+	} {
+		if err := loadErr("routingpolicy example.org {\n" + data + "\n}"); err != nil {
+			t.Errorf("a chain without a loop is refused: %v", err)
+		}
+	}
+}
+
+// TestZoneDNAMELoopLongOwners: R-ZONE-3: a DNAME loop between owners of 246..253 octets is
+// refused at load. Regression: the check probed "loop-check.<owner>", too long a name to
+// substitute, so the loop loaded and "x.<owner>" answered DNAME/CNAME pairs to the chase limit.
+func TestZoneDNAMELoopLongOwners(t *testing.T) {
+	long := func(c string, last int) string {
+		l63 := strings.Repeat(c, 63)
+		return l63 + "." + l63 + "." + l63 + "." + strings.Repeat(c, last) + ".example.org."
+	}
+	for _, last := range []int{40, 44, 47} { // owners of 246, 250 and 253 octets
+		a, b := long("a", last), long("b", last)
+		err := loadErr("routingpolicy example.org {\n record " + a + " DNAME 60 " + b + "\n record " + b + " DNAME 60 " + a + "\n}")
+		if err == nil || !strings.Contains(err.Error(), "loop: x."+a+" → x."+b+" → x."+a) {
+			t.Errorf("owners of %d octets: a DNAME loop: error %v", len(a)+1, err)
+		}
+	}
+	// An owner of 254 octets has no name below it: its DNAME substitutes nothing.
+	a, b := long("a", 48), long("b", 48)
+	if err := loadErr("routingpolicy example.org {\n record " + a + " DNAME 60 " + b + "\n record " + b + " DNAME 60 " + a + "\n}"); err != nil {
+		t.Errorf("owners of 254 octets: %v", err)
 	}
 }
 
@@ -408,5 +486,177 @@ func TestZoneChecksEverySource(t *testing.T) {
 	}
 	if got := addrs(ask(t, rp, "a.example.org.", dns.TypeA, "10.1.1.1")); got != "192.0.2.1,CNAME:b.example.org." {
 		t.Fatalf("after the failed reload: %s", got)
+	}
+}
+
+// TestZoneEscapedNames: R-ZONE-1: a name written with escapes (RFC 1035 5.1) is the name of its
+// wire form, from every source (inline, record-set file) and in every place (owners, policy
+// names, targets): `\097bc` is `abc`, `\042` is the wildcard label. A query built in the server
+// (not unpacked from the wire) may carry such escapes too: `\097bc` and `abc` find the same
+// records. Regression: names were keyed as written and never found.
+func TestZoneEscapedNames(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "rs.yaml")
+	if err := os.WriteFile(f, []byte(`- {name: "\\042.api.example.org.", type: A, ttl: 30, routingPolicy: {wrr: {items: [{weight: 1, rrdatas: [10.0.1.1]}]}}}
+- {name: "\\102ile.example.org.", type: A, ttl: 30, rrdatas: [10.0.1.2]}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rp, _ := newTest(t, `routingpolicy example.org {
+		recordsets `+f+`
+		record \097bc A 60 192.0.2.1
+		record x\046y A 60 192.0.2.2
+		record alias CNAME 60 \097BC
+		wrr \*.pol A 60 "1=192.0.2.3"
+		record mx MX 60 10 \097bc
+	}`)
+	for _, tc := range []struct{ qname, want string }{
+		{"abc.example.org.", "192.0.2.1"},
+		{`\097bc.example.org.`, "192.0.2.1"},
+		{`\065BC.example.org.`, "192.0.2.1"},
+		{`x\.y.example.org.`, "192.0.2.2"},
+		{`x\046y.example.org.`, "192.0.2.2"},
+		// The CNAME as file answers it: lower case, escapes as written (abc on the wire).
+		{"alias.example.org.", `192.0.2.1,CNAME:\097bc.example.org.`},
+		{"q.pol.example.org.", "192.0.2.3"},
+		{"q.api.example.org.", "10.0.1.1"},
+		{"file.example.org.", "10.0.1.2"},
+	} {
+		m := ask(t, rp, tc.qname, dns.TypeA, "10.1.1.1")
+		if got := addrs(m); got != tc.want || m.Rcode != dns.RcodeSuccess {
+			t.Errorf("%s A: %s %s, want %s", tc.qname, dns.RcodeToString[m.Rcode], got, tc.want)
+		}
+	}
+	if m := ask(t, rp, "mx.example.org.", dns.TypeMX, "10.1.1.1"); len(m.Extra) != 1 {
+		t.Errorf("MX to an escaped in-zone name: no additional address: %v", m.Extra)
+	}
+	// Octets outside printable ASCII written raw in a zone file (UTF-8, or not) are the octets a
+	// query carries as \DDD; case is ASCII only (RFC 4343). Regression: lower-casing them as UTF-8
+	// changed them (and an invalid octet into three).
+	zf := filepath.Join(t.TempDir(), "db")
+	if err := os.WriteFile(zf, []byte("$ORIGIN example.org.\n$TTL 60\ncaf\xc3\xa9 A 192.0.2.4\n\xc3\x9cber A 192.0.2.5\nx\xff A 192.0.2.6\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rp, _ = newTest(t, "routingpolicy example.org {\n zonefile "+zf+"\n}")
+	for qname, want := range map[string]string{
+		`caf\195\169.example.org.`: "192.0.2.4", "caf\xc3\xa9.example.org.": "192.0.2.4",
+		`\195\156ber.example.org.`: "192.0.2.5", `x\255.example.org.`: "192.0.2.6",
+	} {
+		if got := addrs(ask(t, rp, qname, dns.TypeA, "10.1.1.1")); got != want {
+			t.Errorf("%q A: %q, want %s", qname, got, want)
+		}
+	}
+	// A name not under the zone because its dot is escaped: one label "a.example" under "org.".
+	if inZone(`a\.example.org.`, "example.org.") || !inZone(`a\\.example.org.`, "example.org.") {
+		t.Error(`inZone must tell an escaped dot ("a\.example.org.") from a label ending in a backslash`)
+	}
+}
+
+// TestZoneEscapedQueryNoAlloc: R-ZONE-1 without a cost on the query path: a query name in wire
+// form with escapes (`x\.y`) is looked up as it is, with no allocation beyond those of a plain
+// name (and of CoreDNS's request.Name, which rewrites such a name); only a name built in the
+// server with other escapes is converted.
+func TestZoneEscapedQueryNoAlloc(t *testing.T) {
+	rp, _ := newTest(t, `routingpolicy example.org {
+		record abc A 60 192.0.2.1
+		record x\.y A 60 192.0.2.2
+	}`)
+	w := &fixedAddrWriter{addr: &net.UDPAddr{IP: net.ParseIP("10.1.1.1"), Port: 40212}}
+	allocs := func(name string) float64 {
+		m := new(dns.Msg)
+		m.SetQuestion(name, dns.TypeA)
+		serve := testing.AllocsPerRun(100, func() { rp.ServeDNS(context.Background(), w, m) })
+		state := testing.AllocsPerRun(100, func() { _ = (&request.Request{W: w, Req: m}).Name() })
+		return serve - state
+	}
+	plain, escaped := allocs("abc.example.org."), allocs(`x\.y.example.org.`)
+	if escaped != plain {
+		t.Fatalf(`x\.y.example.org. allocates %v times per query besides request.Name, abc.example.org. %v`, escaped, plain)
+	}
+	for _, tc := range []struct {
+		name string
+		wire bool
+	}{{`x\.y.`, true}, {`my\ printer.`, true}, {`a\255b.`, true}, {`a\"b.`, true}, {`\097bc.`, false},
+		{`x\046y.`, false}, {`\*.`, false}, {`a\`, false}, {`a\300.`, false}} {
+		if wireEscaped(tc.name) != tc.wire {
+			t.Errorf("wireEscaped(%q) = %v", tc.name, !tc.wire)
+		}
+	}
+}
+
+// TestZoneRootWildcard: R-ZONE-2, RFC 4592 in the root zone: "*." is the wildcard of the apex and
+// matches "foo.". Regression: its parent was taken as name[2:], "" for "*.", so it never matched.
+func TestZoneRootWildcard(t *testing.T) {
+	rp, _ := newTest(t, `routingpolicy . {
+		record * A 60 192.0.2.2
+		record *.sub A 60 192.0.2.3
+	}`)
+	for _, tc := range []struct{ qname, want string }{
+		{"x.sub.", "192.0.2.3"},
+		{"foo.", "192.0.2.2"},
+		{"a.b.foo.", "192.0.2.2"},
+	} {
+		m := ask(t, rp, tc.qname, dns.TypeA, "10.1.1.1")
+		if got := addrs(m); m.Rcode != dns.RcodeSuccess || got != tc.want || m.Answer[0].Header().Name != tc.qname {
+			t.Errorf("%s A under the root zone's wildcards: %s %v, want %s", tc.qname, dns.RcodeToString[m.Rcode], m.Answer, tc.want)
+		}
+	}
+}
+
+// TestZoneRecordWithoutRdata: R-ZONE-3: the zone parser accepts a record with no rdata (`a
+// CNAME`, as dynamic updates write them); loaded, it answered an empty CNAME no resolver can use
+// (seen while fuzzing). It is refused at load, from a zone file and inline.
+func TestZoneRecordWithoutRdata(t *testing.T) {
+	zf := filepath.Join(t.TempDir(), "db")
+	if err := os.WriteFile(zf, []byte("$ORIGIN example.org.\n$TTL 60\na CNAME\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := loadErr("routingpolicy example.org {\n zonefile " + zf + "\n}"); err == nil || !strings.Contains(err.Error(), "no rdata (a CNAME record needs some)") {
+		t.Errorf("a CNAME without a target in a zone file: %v", err)
+	}
+	if err := loadErr("routingpolicy example.org {\n record a CNAME 60 \"\"\n}"); err == nil || !strings.Contains(err.Error(), "no rdata") {
+		t.Errorf("an inline CNAME without a target: %v", err)
+	}
+	if err := loadErr("routingpolicy example.org {\n wrr a CNAME 60 \"1=b;1= \"\n}"); err == nil {
+		t.Error("a policy item CNAME without a target loaded")
+	}
+}
+
+// TestZoneRefusedWhereFileLoads: R-ZONE-3, and the load rows of README's "Differences from file":
+// each zone file here loads in file and is refused by routingpolicy, with an error that says why.
+// A row whose file behaviour changes fails here.
+func TestZoneRefusedWhereFileLoads(t *testing.T) {
+	dir := t.TempDir()
+	inc := filepath.Join(dir, "inc")
+	if err := os.WriteFile(inc, []byte("b A 192.0.2.2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const head = "$ORIGIN example.org.\n$TTL 60\n@ SOA ns1 h 1 2 3 4 5\n@ NS ns1\nns1 A 192.0.2.1\n"
+	for _, tc := range []struct{ data, err string }{
+		{"a CNAME b\na TXT x\n", "has a CNAME and other data"},
+		{"@ CNAME b.example.net.\n", "example.org. has a CNAME and other data"}, // the apex has its SOA and NS
+		{"a CNAME b\na CNAME c\n", "a name has at most one CNAME"},
+		{"a CNAME b\nb CNAME a\n", "CNAME loop"},
+		{"dn DNAME a.example.net.\ndn DNAME b.example.net.\n", "a name has at most one DNAME"},
+		{"sub NS ns.example.net.\nsub DNAME example.net.\n", "a DNAME cannot be at a zone cut"},
+		{"dn DNAME a.dn\n", "points at or below itself"},
+		{"*.w NS ns.example.net.\n", "NS records at the wildcard"},
+		{"*.w DNAME example.net.\n", "DNAME at the wildcard"},
+		{"a RRSIG A 13 3 60 20300101000000 20200101000000 12345 example.org. AAAA\n", "signed zone data is not supported"},
+		{"a NSEC b A\n", "signed zone data is not supported"},
+		{"www.example.net. A 192.0.2.1\n", "outside the zones"},
+		{"@ SOA ns2 h 2 2 3 4 5\n", "second SOA"},
+		{"a CNAME\n", "no rdata"},
+		{"$INCLUDE " + inc + "\n", "$INCLUDE"},
+	} {
+		if _, err := file.Parse(strings.NewReader(head+tc.data), "example.org.", filepath.Join(dir, "db"), 0); err != nil {
+			t.Errorf("%q: file no longer loads it (%v): README's row is obsolete", tc.data, err)
+		}
+		zf := filepath.Join(dir, "db")
+		if err := os.WriteFile(zf, []byte(head+tc.data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := loadErr("routingpolicy example.org {\n zonefile " + zf + "\n}"); err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%q: error %v, want %q", tc.data, err, tc.err)
+		}
 	}
 }

@@ -32,11 +32,11 @@ type Demand struct {
 	wants   map[Key]*want
 }
 
-// want is one wanted pair: how many consumers want it, and the stop of its probe while a block
-// serves its check.
+// want is one wanted pair: how many consumers want it, how many of them hold readiness back until
+// it has a verdict, and the stop of its probe while a block serves its check.
 type want struct {
-	refs int
-	stop func()
+	refs, gating int
+	stop         func()
 }
 
 // NewDemand returns an empty Demand. Plugins get their instance's with DemandOf; tests of a single
@@ -90,7 +90,14 @@ func (d *Demand) Checks() []string {
 
 // Want asks for k to be probed with the check k.Check, until release is called. Asking for a
 // pair already wanted only counts one more consumer (H-3). release may be called more than once.
-func (d *Demand) Want(k Key) (release func()) {
+// The instance is not ready until k has a verdict (H-2, Gates).
+func (d *Demand) Want(k Key) (release func()) { return d.want(k, 1) }
+
+// WantUngated is Want for a consumer that has no effect on answers, a pschealth dry run (P-6):
+// k is probed, but readiness does not wait for it.
+func (d *Demand) WantUngated(k Key) (release func()) { return d.want(k, 0) }
+
+func (d *Demand) want(k Key, gating int) (release func()) {
 	d.mu.Lock()
 	w := d.wants[k]
 	if w == nil {
@@ -101,12 +108,14 @@ func (d *Demand) Want(k Key) (release func()) {
 		}
 	}
 	w.refs++
+	w.gating += gating
 	d.mu.Unlock()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			d.mu.Lock()
 			defer d.mu.Unlock()
+			w.gating -= gating
 			if w.refs--; w.refs > 0 {
 				return
 			}
@@ -116,6 +125,15 @@ func (d *Demand) Want(k Key) (release func()) {
 			}
 		})
 	}
+}
+
+// Gates reports whether a consumer that answers from k wants it (Want, not WantUngated): the
+// instance's readiness then waits for k's first verdict (H-2).
+func (d *Demand) Gates(k Key) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	w := d.wants[k]
+	return w != nil && w.gating > 0
 }
 
 // Serve makes probe the prober of check in this instance until cancel is called: probe is called

@@ -103,3 +103,29 @@ func TestDemandH6(t *testing.T) {
 		t.Fatalf("left: probed %v, wanted %d", next.keys(), len(d.wants))
 	}
 }
+
+// H-2 and P-6: a pair only a dry run wants is probed but does not hold readiness back; it does
+// once a consumer that answers from it wants it too, and again not when that one lets go.
+func TestDemandGatesH2(t *testing.T) {
+	d := NewDemand()
+	k := Key{Check: "web", Addr: netip.MustParseAddr("192.0.2.1")}
+	p := prober{}
+	defer d.Serve("web", p.probe)()
+	dry := d.WantUngated(k)
+	if p[k] != 1 || d.Gates(k) {
+		t.Fatalf("a dry run's want: probed %d, gates %v; want probed, not gating", p[k], d.Gates(k))
+	}
+	answers := d.Want(k)
+	if p[k] != 1 || !d.Gates(k) {
+		t.Fatalf("with a consumer that answers: probed %d, gates %v", p[k], d.Gates(k))
+	}
+	answers()
+	answers()
+	if p[k] != 1 || d.Gates(k) {
+		t.Fatalf("after that consumer let go (twice): probed %d, gates %v", p[k], d.Gates(k))
+	}
+	dry()
+	if len(p) != 0 || d.Gates(k) {
+		t.Fatalf("after every release: probed %v, gates %v", p.keys(), d.Gates(k))
+	}
+}

@@ -3,7 +3,8 @@
 // after some OnStartup hooks ran (a listener that cannot bind, a later plugin's startup error).
 // caddy then drops the new instance without running its OnShutdown hooks and calls the old
 // instance's OnRestartFailed. Without this, board references, probes and goroutines taken by the
-// failed instance would live on for ever.
+// failed instance would live on for ever. The old instance may come from a Corefile without any
+// of our plugins: lifecycle learns of every instance that starts through a caddy event hook.
 //
 // Series and Writers do the same for what instances share during a reload: metric series, deleted
 // with the last instance that describes them, and computed states, written by the newest instance
@@ -14,12 +15,14 @@ package lifecycle
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/coredns/caddy"
 )
 
 // instance is the hooks of one Corefile instance whose startup ran.
 type instance struct {
+	gen      uint64 // Generation
 	mu       sync.Mutex
 	started  []func() error // stops of the hooks whose start succeeded, in start order
 	children []*instance    // instances started by a reload of this one
@@ -27,6 +30,13 @@ type instance struct {
 }
 
 type instanceKey struct{}
+
+// generations numbers the instances in the order they are set up.
+var generations atomic.Uint64
+
+// Generation returns the generation of the Corefile instance c sets up: a reload's instance has a
+// higher one than the instance it replaces (Writers).
+func Generation(c *caddy.Controller) uint64 { return instanceOf(c).gen }
 
 // restarting is the instance being reloaded, so the new one can find its parent.
 var restarting struct {
@@ -75,7 +85,7 @@ func instanceOf(c *caddy.Controller) *instance {
 	if in, ok := c.Get(instanceKey{}).(*instance); ok {
 		return in
 	}
-	in := &instance{}
+	in := &instance{gen: generations.Add(1)}
 	c.Set(instanceKey{}, in)
 	restarting.Lock()
 	if p := restarting.parent; p != nil {
@@ -85,30 +95,72 @@ func instanceOf(c *caddy.Controller) *instance {
 		restarting.parent = nil
 	}
 	restarting.Unlock()
-	c.OnRestart(func() error {
-		restarting.Lock()
-		restarting.parent = in
-		restarting.Unlock()
-		return nil
-	})
-	c.OnRestartFailed(func() error {
-		restarting.Lock()
-		if restarting.parent == in {
-			restarting.parent = nil
-		}
-		restarting.Unlock()
-		in.abandonChildren()
-		return nil
-	})
-	// caddy also calls OnRestartFailed when the new instance serves but one of the old one's
-	// shutdown hooks returned an error: then this instance is going down and its child must live.
-	c.OnShutdown(func() error {
-		in.mu.Lock()
-		in.down = true
-		in.mu.Unlock()
-		return nil
-	})
+	c.OnRestart(in.restart)
+	c.OnRestartFailed(in.restartFailed)
+	c.OnShutdown(in.shutdown)
 	return in
+}
+
+// watch is the caddy event hook of lifecycle, called when an instance has started, at process
+// start or at the end of a successful reload. Every instance, Corefile without our plugins
+// included, gets the restart hooks that instanceOf gives those set up with them, so a failed
+// reload from it abandons what its new instance started. The hooks are added after the instance
+// started: caddy reads them when it restarts the instance, later. (A SIGUSR1 reload clears
+// caddy's event hooks, so after one an instance without our plugins goes unwatched.)
+func watch(event caddy.EventName, info any) error {
+	inst, ok := info.(*caddy.Instance)
+	if event != caddy.InstanceStartupEvent || !ok {
+		return nil
+	}
+	restarting.Lock()
+	restarting.parent = nil // a reload that set it is over
+	restarting.Unlock()
+	inst.StorageMu.Lock()
+	_, ours := inst.Storage[instanceKey{}].(*instance)
+	in := &instance{}
+	if !ours {
+		inst.Storage[instanceKey{}] = in
+	}
+	inst.StorageMu.Unlock()
+	if !ours {
+		inst.OnRestart = append(inst.OnRestart, in.restart)
+		inst.OnRestartFailed = append(inst.OnRestartFailed, in.restartFailed)
+		// First: caddy stops running shutdown hooks at the first error, and then calls
+		// OnRestartFailed although the new instance serves.
+		inst.OnShutdown = append([]func() error{in.shutdown}, inst.OnShutdown...)
+	}
+	return nil
+}
+
+func init() { caddy.RegisterEventHook("coresteer-lifecycle", watch) }
+
+// restart runs before a reload of in: the instance the reload sets up is its child.
+func (in *instance) restart() error {
+	restarting.Lock()
+	restarting.parent = in
+	restarting.Unlock()
+	return nil
+}
+
+// restartFailed runs when a reload of in failed: what its child started is stopped.
+func (in *instance) restartFailed() error {
+	restarting.Lock()
+	if restarting.parent == in {
+		restarting.parent = nil
+	}
+	restarting.Unlock()
+	in.abandonChildren()
+	return nil
+}
+
+// shutdown marks in as going down. caddy also calls OnRestartFailed when the new instance serves
+// but one of the old one's shutdown hooks returned an error: then in is going down and its child
+// must live.
+func (in *instance) shutdown() error {
+	in.mu.Lock()
+	in.down = true
+	in.mu.Unlock()
+	return nil
 }
 
 // abandonChildren stops, newest first, what the failed reloads of in had started.

@@ -1,12 +1,17 @@
 package lifecycle
 
-import "sync"
+import (
+	"slices"
+	"sync"
+)
 
 // Writers orders, for each thing that instances compute and write (a VIP's state, a composite's
 // destination, a configured share), the live instances that write it. During a reload the old and
 // the new instance both run: only the newest writes, so the new configuration's result is the one
-// that stands, whatever order their computations finish in. When the newest leaves first (a
-// failed reload's instance is abandoned) the one before it is asked to write again.
+// that stands, whatever order their computations finish in. The newest is the writer of the
+// newest instance (Generation), however late the others join: an old instance's file reload
+// during the overlap joins behind the new instance. When the newest leaves first (a failed
+// reload's instance is abandoned) the one before it is asked to write again.
 type Writers struct {
 	mu   sync.Mutex
 	line map[any][]*Writer // oldest first
@@ -16,21 +21,27 @@ type Writers struct {
 type Writer struct {
 	ws      *Writers
 	key     any
+	gen     uint64
 	rewrite func()
 }
 
 // NewWriters returns an empty Writers.
 func NewWriters() *Writers { return &Writers{line: make(map[any][]*Writer)} }
 
-// Join makes a writer of key, the newest. first reports whether it is the only live one. rewrite
-// is called, without locks held, when the writer becomes the newest again because a newer one left.
-func (ws *Writers) Join(key any, rewrite func()) (w *Writer, first bool) {
-	w = &Writer{ws: ws, key: key, rewrite: rewrite}
+// Join makes a writer of key for the instance of generation gen: behind the writers of newer
+// instances, in front of those of the same or older ones. rewrite is called, without locks held,
+// when the writer becomes the newest again because a newer one left.
+func (ws *Writers) Join(key any, gen uint64, rewrite func()) *Writer {
+	w := &Writer{ws: ws, key: key, gen: gen, rewrite: rewrite}
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	first = len(ws.line[key]) == 0
-	ws.line[key] = append(ws.line[key], w)
-	return w, first
+	l := ws.line[key]
+	i := len(l)
+	for i > 0 && l[i-1].gen > gen {
+		i--
+	}
+	ws.line[key] = slices.Insert(l, i, w)
+	return w
 }
 
 // Write runs fn, with the line locked, when w is the newest writer of its key, and reports
