@@ -3,7 +3,9 @@ package healthcheck
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"regexp"
@@ -68,14 +70,14 @@ func parseFleet(c *caddy.Controller) (*fleetConfig, error) {
 	}
 	eps := args[1:]
 	if len(eps) == 0 {
-		return nil, c.Errf("fleet etcd needs at least one ENDPOINT (http://HOST:PORT or https://HOST:PORT)")
+		return nil, c.Errf("fleet etcd needs at least one ENDPOINT (HOST:PORT, http://HOST:PORT or https://HOST:PORT)")
 	}
 	for _, e := range eps {
-		u, err := url.Parse(e)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
-			return nil, c.Errf("fleet etcd: endpoint %q: want http://HOST:PORT or https://HOST:PORT", e)
+		ep, err := parseEndpoint(e)
+		if err != nil {
+			return nil, c.Errf("fleet etcd: endpoint %q: %v (want HOST:PORT, http://HOST:PORT or https://HOST:PORT)", e, err)
 		}
-		f.Endpoints = append(f.Endpoints, u.Scheme+"://"+u.Host)
+		f.Endpoints = append(f.Endpoints, ep)
 	}
 	if err := fleetBlock(c, f); err != nil {
 		return nil, err
@@ -87,14 +89,47 @@ func parseFleet(c *caddy.Controller) (*fleetConfig, error) {
 		}
 		f.Replica = h
 	}
-	if f.TLS != nil {
-		for _, e := range f.Endpoints {
-			if strings.HasPrefix(e, "http://") {
-				return nil, c.Errf("fleet etcd: endpoint %q with tls: want https://", e)
-			}
+	for i, e := range f.Endpoints {
+		switch {
+		case !strings.Contains(e, "://") && f.TLS != nil:
+			f.Endpoints[i] = "https://" + e
+		case !strings.Contains(e, "://"):
+			f.Endpoints[i] = "http://" + e
+		case f.TLS != nil && strings.HasPrefix(e, "http://"):
+			return nil, c.Errf("fleet etcd: endpoint %q with tls: want https:// (or HOST:PORT)", e)
 		}
 	}
 	return f, nil
+}
+
+// parseEndpoint checks an etcd endpoint, HOST:PORT or SCHEME://HOST:PORT with scheme http or
+// https, and returns it without a trailing '/'. A bare HOST:PORT gets its scheme from tls.
+func parseEndpoint(e string) (string, error) {
+	hostport, scheme := e, ""
+	if i := strings.Index(e, "://"); i >= 0 {
+		u, err := url.Parse(e)
+		if err != nil {
+			return "", err
+		}
+		if u.Scheme != "http" && u.Scheme != "https" {
+			return "", fmt.Errorf("scheme %q", u.Scheme)
+		}
+		if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil || u.Fragment != "" {
+			return "", errors.New("a path, query or user in it")
+		}
+		hostport, scheme = u.Host, u.Scheme+"://"
+	}
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return "", errors.New("no port")
+	}
+	if host == "" {
+		return "", errors.New("no host")
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return "", fmt.Errorf("port %q out of range 1..65535", port)
+	}
+	return scheme + net.JoinHostPort(host, port), nil
 }
 
 // fleetBlock reads the properties of the optional fleet block.

@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
@@ -75,9 +76,15 @@ func TestParseFleetErrors(t *testing.T) {
 		{"fleet", "fleet: store nothing unknown (want etcd"},
 		{"fleet consul http://127.0.0.1:8500", `fleet: store "consul" unknown (want etcd`},
 		{"fleet etcd", "fleet etcd needs at least one ENDPOINT"},
-		{"fleet etcd 127.0.0.1:2379", `endpoint "127.0.0.1:2379": want http://HOST:PORT or https://HOST:PORT`},
-		{"fleet etcd ftp://127.0.0.1:2379", `endpoint "ftp://127.0.0.1:2379"`},
-		{"fleet etcd http://127.0.0.1:2379/v3", `endpoint "http://127.0.0.1:2379/v3"`},
+		{"fleet etcd 127.0.0.1", `endpoint "127.0.0.1": no port (want HOST:PORT, http://HOST:PORT or https://HOST:PORT)`},
+		{"fleet etcd ftp://127.0.0.1:2379", `endpoint "ftp://127.0.0.1:2379": scheme "ftp"`},
+		{"fleet etcd http://127.0.0.1:2379/v3", `endpoint "http://127.0.0.1:2379/v3": a path, query or user in it`},
+		{"fleet etcd http://127.0.0.1", `endpoint "http://127.0.0.1": no port`},
+		{"fleet etcd http://127.0.0.1:99999", `endpoint "http://127.0.0.1:99999": port "99999" out of range 1..65535`},
+		{"fleet etcd http://127.0.0.1:0", `endpoint "http://127.0.0.1:0": port "0" out of range 1..65535`},
+		{"fleet etcd http://:2379", `endpoint "http://:2379": no host`},
+		{"fleet etcd :2379", `endpoint ":2379": no host`},
+		{"fleet etcd etcd-0:http", `endpoint "etcd-0:http": port "http" out of range 1..65535`},
 		{"fleet etcd http://127.0.0.1:2379 {\nprefix\n}", "prefix needs exactly one value, got 0"},
 		{"fleet etcd http://127.0.0.1:2379 {\nprefix coresteer\n}", `prefix "coresteer": want a path such as /coresteer/health`},
 		{"fleet etcd http://127.0.0.1:2379 {\nprefix /\n}", `prefix "/": want a path`},
@@ -109,6 +116,41 @@ func TestParseFleetErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q:\n got %v\nwant %q", tc.body, err, tc.want)
 		}
+	}
+}
+
+// A bare HOST:PORT endpoint takes its scheme from tls: http without it, https with it.
+func TestParseFleetBareEndpoints(t *testing.T) {
+	cert, key, ca := tlsFiles(t)
+	for _, tc := range []struct{ body, want string }{
+		{"fleet etcd 127.0.0.1:2379", "http://127.0.0.1:2379"},
+		{"fleet etcd [::1]:2379", "http://[::1]:2379"},
+		{"fleet etcd etcd-0.etcd:2379 {\ntls " + cert + " " + key + " " + ca + "\n}", "https://etcd-0.etcd:2379"},
+	} {
+		cfg, err := parse(caddy.NewTestController("dns", "healthcheck {\ncheck web\n"+tc.body+"\n}"))
+		if err != nil || !slices.Equal(cfg.fleet.Endpoints, []string{tc.want}) {
+			t.Errorf("%q: %v %v, want %s", tc.body, cfg, err, tc.want)
+		}
+	}
+}
+
+// Bad input: the fleet's result keys are PREFIX/results/CHECK/TARGET/REGION/REPLICA, so a prober
+// region with a '/' cannot be shared: in a fleet it is a configuration error naming the region.
+// Without a fleet the region is fine.
+func TestParseFleetRegionWithSlash(t *testing.T) {
+	const block = `healthcheck {
+		coordinates us/east1 37.0 -79.0
+		check web {
+			prober us/east1
+		}
+		%s
+	}`
+	_, err := parse(caddy.NewTestController("dns", fmt.Sprintf(block, "fleet etcd http://127.0.0.1:2379 {\nreplica r1\n}")))
+	if err == nil || !strings.Contains(err.Error(), `prober region "us/east1" cannot be shared by a fleet`) {
+		t.Fatalf("prober us/east1 in a fleet: %v, want an error naming the region", err)
+	}
+	if _, err := parse(caddy.NewTestController("dns", fmt.Sprintf(block, ""))); err != nil {
+		t.Fatalf("prober us/east1 without a fleet: %v", err)
 	}
 }
 

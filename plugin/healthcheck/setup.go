@@ -144,6 +144,10 @@ func parse(c *caddy.Controller) (*config, error) {
 			if _, err := table.Resolve(r.Name); err != nil {
 				return nil, c.Errf("check %s: prober: %v", ch.Name, err)
 			}
+			// A fleet's keys are PREFIX/results/CHECK/TARGET/REGION/REPLICA (fleetmirror.go).
+			if cfg.fleet != nil && strings.Contains(r.Name, "/") {
+				return nil, c.Errf("check %s: prober region %q cannot be shared by a fleet: a region name in a fleet has no '/'", ch.Name, r.Name)
+			}
 		}
 	}
 	// A loadbalancer may name a check of this block defined after it, or of another block:
