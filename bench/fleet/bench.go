@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,7 +13,6 @@ import (
 
 	"github.com/coresteer/coresteer/plugin/pkg/etcdtest"
 
-	"github.com/miekg/dns"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -106,13 +103,13 @@ func (b *bench) corefile(prefix string) string {
 func (b *bench) start(n int) (*fleetRun, error) {
 	b.runs++
 	prefix := fmt.Sprintf("/bench/%d", b.runs)
-	path := filepath.Join(b.dir, "Corefile"+strconv.Itoa(b.runs))
-	if err := os.WriteFile(path, []byte(b.corefile(prefix)), 0o600); err != nil {
+	dir := filepath.Join(b.dir, "run"+strconv.Itoa(b.runs))
+	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, err
 	}
 	f := &fleetRun{}
 	for i := range n {
-		r, err := startReplica(path, fmt.Sprintf("r%d", i+1), fmt.Sprintf("127.57.0.%d", i+1))
+		r, err := startReplica(dir, b.corefile(prefix), fmt.Sprintf("r%d", i+1), fmt.Sprintf("127.57.0.%d", i+1))
 		if err != nil {
 			f.stop()
 			return nil, err
@@ -124,8 +121,8 @@ func (b *bench) start(n int) (*fleetRun, error) {
 	for {
 		sum, fallback := 0.0, 0.0
 		for _, r := range f.replicas {
-			sum += r.metric("coredns_healthcheck_fleet_targets_probed")
-			fallback += r.metric("coredns_healthcheck_fleet_fallback")
+			sum += metric(r, "coredns_healthcheck_fleet_targets_probed")
+			fallback += metric(r, "coredns_healthcheck_fleet_fallback")
 		}
 		if sum == want && fallback == 0 {
 			break
@@ -243,18 +240,18 @@ func (b *bench) failoverTimes(n int) ([]time.Duration, error) {
 }
 
 // fleetRun is the replicas of one measurement.
-type fleetRun struct{ replicas []*replica }
+type fleetRun struct{ replicas []*etcdtest.Replica }
 
 func (f *fleetRun) stop() {
 	for _, r := range f.replicas {
-		r.stop()
+		r.Stop()
 	}
 }
 
 func (f *fleetRun) published() float64 {
 	sum := 0.0
 	for _, r := range f.replicas {
-		sum += r.metric("coredns_healthcheck_fleet_results_published_total")
+		sum += metric(r, "coredns_healthcheck_fleet_results_published_total")
 	}
 	return sum
 }
@@ -265,7 +262,7 @@ func (f *fleetRun) until(target string, in bool, limit time.Duration) error {
 	for {
 		all := true
 		for _, r := range f.replicas {
-			got, err := r.www()
+			got, err := r.Answer("www.fleet.bench")
 			if err != nil || slices.Contains(got, target) != in {
 				all = false
 				break
@@ -279,44 +276,4 @@ func (f *fleetRun) until(target string, in bool, limit time.Duration) error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// www asks the replica for www.fleet.bench.
-func (r *replica) www() ([]string, error) {
-	m := new(dns.Msg)
-	m.SetQuestion("www.fleet.bench.", dns.TypeA)
-	c := &dns.Client{Timeout: time.Second}
-	resp, _, err := c.Exchange(m, r.dns)
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, rr := range resp.Answer {
-		if a, ok := rr.(*dns.A); ok {
-			out = append(out, a.A.String())
-		}
-	}
-	return out, nil
-}
-
-// metric returns the sum of the series of name on the replica's /metrics.
-func (r *replica) metric(name string) float64 {
-	resp, err := http.Get("http://" + r.metrics + "/metrics")
-	if err != nil {
-		return -1
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	sum := 0.0
-	for line := range strings.Lines(string(body)) {
-		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
-			continue
-		}
-		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err == nil {
-			sum += v
-		}
-	}
-	return sum
 }

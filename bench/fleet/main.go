@@ -18,11 +18,13 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/coresteer/coresteer/plugin/pkg/etcdtest"
 )
 
 func main() {
-	if path := os.Getenv(replicaEnv); path != "" {
-		os.Exit(replicaMain(path))
+	if os.Getenv(etcdtest.ReplicaEnv) != "" {
+		os.Exit(etcdtest.ServeReplica())
 	}
 	var o options
 	flag.StringVar(&o.replicas, "replicas", "1,3,10", "replica counts to measure the load with")

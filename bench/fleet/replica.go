@@ -1,46 +1,30 @@
 package main
 
 import (
-	"bufio"
-	"fmt"
 	"os"
+	"path/filepath"
 
-	"github.com/coredns/caddy"
-	"github.com/coredns/coredns/core/dnsserver"
 	_ "github.com/coredns/coredns/plugin/bind"
 	_ "github.com/coredns/coredns/plugin/metrics" // prometheus
 	_ "github.com/coresteer/coresteer/plugin/healthcheck"
-	"github.com/coresteer/coresteer/plugin/pkg/chain"
+	"github.com/coresteer/coresteer/plugin/pkg/etcdtest"
 	_ "github.com/coresteer/coresteer/plugin/routingpolicy"
 )
 
-type corefile string
+// The replicas are this program started again (etcdtest.StartReplica), serving a Corefile with a
+// real CoreDNS server built with only the plugins imported here (etcdtest.ServeReplica).
 
-func (c corefile) Body() []byte       { return []byte(c) }
-func (c corefile) Path() string       { return "Corefile" }
-func (c corefile) ServerType() string { return "dns" }
+// startReplica starts a replica named name on addr serving corefile; it logs to dir/NAME.log.
+func startReplica(dir, corefile, name, addr string) (*etcdtest.Replica, error) {
+	logs, err := os.Create(filepath.Join(dir, name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	defer logs.Close() // the replica has its own descriptor
+	return etcdtest.StartReplica(name, addr, corefile, nil, nil, logs)
+}
 
-// replicaMain serves the Corefile at path with a real CoreDNS server (only the plugins the
-// measurement needs are built in) until its standard input closes: one replica of the fleet.
-func replicaMain(path string) int {
-	b, err := os.ReadFile(path) //nolint:gosec // the Corefile the driver wrote
-	if err != nil {
-		fmt.Println("error", err)
-		return 1
-	}
-	chain.Install()
-	caddy.Quiet = true
-	dnsserver.Quiet = true
-	inst, err := caddy.Start(corefile(b))
-	if err != nil {
-		fmt.Println("error", err)
-		return 1
-	}
-	fmt.Println("ready")
-	sc := bufio.NewScanner(os.Stdin)
-	for sc.Scan() {
-	}
-	_ = inst.Stop()
-	inst.ShutdownCallbacks()
-	return 0
+// metric is the sum of the replica's series of name, 0 when it has none.
+func metric(r *etcdtest.Replica, name string) float64 {
+	return max(r.Metric(name), 0)
 }

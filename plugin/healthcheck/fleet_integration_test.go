@@ -44,12 +44,22 @@ func fleetCorefile(etcd, prefix string, port uint16, rdata string, perRegion, th
 `, port, interval, threshold, threshold, etcd, prefix, perRegion, rdata)
 }
 
+// deciding reports whether the fleet decides on every replica: none probes and decides alone.
+func deciding(rs ...*replicaProc) bool {
+	for _, rp := range rs {
+		if rp.Metric(`coredns_healthcheck_fleet_fallback{replica="`+rp.Name+`"}`) != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // agreed waits until every replica answers want for www.steer.test.
 func agreed(t *testing.T, what string, rs []*replicaProc, want ...string) {
 	t.Helper()
 	waitFor30(t, what, func() bool {
 		for _, rp := range rs {
-			if got, err := rp.answer("www.steer.test"); err != nil || !slices.Equal(got, want) {
+			if got, err := rp.Answer("www.steer.test"); err != nil || !slices.Equal(got, want) {
 				return false
 			}
 		}
@@ -77,13 +87,13 @@ func startLoad(rs []*replicaProc) *load {
 					return
 				default:
 				}
-				got, err := rp.answer("www.steer.test")
+				got, err := rp.Answer("www.steer.test")
 				l.sent.Add(1)
 				if err != nil || len(got) == 0 {
 					l.failures.Add(1)
 					l.mu.Lock()
 					if l.firstFailure == "" {
-						l.firstFailure = fmt.Sprintf("replica %s: %v %v", rp.name, got, err)
+						l.firstFailure = fmt.Sprintf("replica %s: %v %v", rp.Name, got, err)
 					}
 					l.mu.Unlock()
 				}
@@ -125,8 +135,8 @@ func TestFleetReplicasAgreeF3F4(t *testing.T) {
 	slices.Sort(both)
 	agreed(t, "every replica serves the 2-of-3 target and not the 1-of-3 one", rs, both...)
 	for _, rp := range rs {
-		if n := rp.metric(`coredns_healthcheck_fleet_members{replica="` + rp.name + `"}`); n != 4 {
-			t.Errorf("replica %s sees %v members, want 4", rp.name, n)
+		if n := rp.Metric(`coredns_healthcheck_fleet_members{replica="` + rp.Name + `"}`); n != 4 {
+			t.Errorf("replica %s sees %v members, want 4", rp.Name, n)
 		}
 	}
 
@@ -136,22 +146,22 @@ func TestFleetReplicasAgreeF3F4(t *testing.T) {
 	alone := func(rp *replicaProc, want ...string) func() bool {
 		slices.Sort(want)
 		return func() bool {
-			got, err := rp.answer("www.steer.test")
+			got, err := rp.Answer("www.steer.test")
 			return err == nil && slices.Equal(got, want)
 		}
 	}
 	waitFor30(t, "europe-west1's replica alone serves the 1-of-3 target", alone(c, t1, t2, t3))
 	waitFor30(t, "asia-east1's replica alone drops the 2-of-3 target", alone(d, t3))
 	for _, rp := range rs {
-		waitFor30(t, "fallback metric of "+rp.name, func() bool {
-			return rp.metric(`coredns_healthcheck_fleet_fallback{replica="`+rp.name+`"}`) == 1
+		waitFor30(t, "fallback metric of "+rp.Name, func() bool {
+			return rp.Metric(`coredns_healthcheck_fleet_fallback{replica="`+rp.Name+`"}`) == 1
 		})
 	}
 	etcd.Start()
 	agreed(t, "every replica rejoins and they agree again", rs, both...)
 	for _, rp := range rs {
-		waitFor30(t, "fallback metric back to 0 on "+rp.name, func() bool {
-			return rp.metric(`coredns_healthcheck_fleet_fallback{replica="`+rp.name+`"}`) == 0
+		waitFor30(t, "fallback metric back to 0 on "+rp.Name, func() bool {
+			return rp.Metric(`coredns_healthcheck_fleet_fallback{replica="`+rp.Name+`"}`) == 0
 		})
 	}
 	l.stop()
@@ -161,16 +171,16 @@ func TestFleetReplicasAgreeF3F4(t *testing.T) {
 	t.Logf("%d queries during the outage, none failed", l.sent.Load())
 	for _, rp := range rs {
 		for _, m := range []string{"results_published_total", "results_received_total", "etcd_errors_total"} {
-			if v := rp.metric(`coredns_healthcheck_fleet_` + m + `{replica="` + rp.name + `"}`); v <= 0 {
-				t.Errorf("replica %s: fleet_%s %v, want > 0 (it published, received, and saw etcd fail)", rp.name, m, v)
+			if v := rp.Metric(`coredns_healthcheck_fleet_` + m + `{replica="` + rp.Name + `"}`); v <= 0 {
+				t.Errorf("replica %s: fleet_%s %v, want > 0 (it published, received, and saw etcd fail)", rp.Name, m, v)
 			}
 		}
 		logs := rp.logs.String()
 		if n := strings.Count(logs, "etcd unreachable"); n != 1 {
-			t.Errorf("replica %s logged the outage %d times, want once:\n%s", rp.name, n, logs)
+			t.Errorf("replica %s logged the outage %d times, want once:\n%s", rp.Name, n, logs)
 		}
 		if !strings.Contains(logs, "rejoin") {
-			t.Errorf("replica %s did not log its rejoin:\n%s", rp.name, logs)
+			t.Errorf("replica %s did not log its rejoin:\n%s", rp.Name, logs)
 		}
 	}
 }
@@ -195,13 +205,13 @@ func TestFleetShardingF1F2(t *testing.T) {
 	b := startReplicaProc(t, "b", cf, "REGION=us-east1", "SOURCE="+usB)
 	c := startReplicaProc(t, "c", cf, "REGION=europe-west1", "SOURCE="+eu)
 	probed := func(rp *replicaProc) float64 {
-		return rp.metric(`coredns_healthcheck_fleet_targets_probed{replica="` + rp.name + `"}`)
+		return rp.Metric(`coredns_healthcheck_fleet_targets_probed{replica="` + rp.Name + `"}`)
 	}
 	// Alone each replica probes all 8; sharded, a and b share us-east1's and c has all of
 	// europe-west1's.
 	waitFor30(t, "us-east1's targets split between a and b", func() bool {
 		pa, pb := probed(a), probed(b)
-		return pa >= 0 && pb >= 0 && pa+pb == 8 && probed(c) == 8
+		return deciding(a, b, c) && pa > 0 && pb > 0 && pa+pb == 8 && probed(c) == 8
 	})
 	for _, st := range ts {
 		st.take()
@@ -228,7 +238,7 @@ func TestFleetShardingF1F2(t *testing.T) {
 	}
 	// F-1: a dies; its lease expires and b takes its targets over.
 	killed := time.Now()
-	a.kill()
+	a.Kill()
 	moved := map[*sourceTarget]bool{}
 	deadline := killed.Add(fleetTTL + 3*time.Second) // the lease, then at most 3 intervals
 	for len(moved) < len(ofA) {
@@ -244,7 +254,7 @@ func TestFleetShardingF1F2(t *testing.T) {
 	}
 	t.Logf("a's %d targets probed by b %.1fs after a was killed (lease TTL %s)", len(ofA), time.Since(killed).Seconds(), fleetTTL)
 	waitFor30(t, "b probes all of us-east1's targets", func() bool { return probed(b) == 8 })
-	if n := b.metric(`coredns_healthcheck_fleet_members{replica="b"}`); n != 2 {
+	if n := b.Metric(`coredns_healthcheck_fleet_members{replica="b"}`); n != 2 {
 		t.Errorf("b sees %v members after a died, want 2", n)
 	}
 	if !strings.Contains(b.logs.String(), "2 members: b (us-east1), c (europe-west1)") {
@@ -273,11 +283,11 @@ func TestFleetTakeoverF1F2(t *testing.T) {
 	a := startReplicaProc(t, "a", cf, "REGION=us-east1", "SOURCE="+usA)
 	b := startReplicaProc(t, "b", cf, "REGION=us-east1", "SOURCE="+usB)
 	probed := func(rp *replicaProc) float64 {
-		return rp.metric(`coredns_healthcheck_fleet_targets_probed{replica="` + rp.name + `"}`)
+		return rp.Metric(`coredns_healthcheck_fleet_targets_probed{replica="` + rp.Name + `"}`)
 	}
 	waitFor30(t, "the targets split between a and b", func() bool {
 		pa, pb := probed(a), probed(b)
-		return pa > 0 && pb > 0 && pa+pb == 24
+		return deciding(a, b) && pa > 0 && pb > 0 && pa+pb == 24
 	})
 	// a's targets: those b has not probed for an interval.
 	for _, st := range ts {
@@ -294,7 +304,7 @@ func TestFleetTakeoverF1F2(t *testing.T) {
 		t.Fatal("a probes no target alone")
 	}
 	killed := time.Now()
-	a.kill()
+	a.Kill()
 	moved := map[*sourceTarget]bool{}
 	// The lease (at most fleetTTL after a's last renewal), the watch, then rounds spread over half
 	// a second; a target's next round without that could be up to 5 s later.

@@ -1,8 +1,9 @@
-// Package etcdtest runs a real etcd server, Debian's etcd-server binary (etcd 3.4), on free
-// loopback ports with a temporary data directory, for the tests and measurements of the fleet
-// mode of healthcheck (docs/DESIGN.md section 8). The server can be stopped and started again on
-// the same ports and data, as an etcd outage would. A test that needs etcd fails when the binary
-// is missing: it never skips.
+// Package etcdtest runs real etcd servers, Debian's etcd-server binary (etcd 3.4), on free
+// loopback ports with temporary data directories, and fleet replicas in processes of their own,
+// for the tests and measurements of the fleet mode of healthcheck (docs/DESIGN.md section 8). A
+// server can be stopped and started again on the same ports and data, as an etcd outage would,
+// or paused, as a hung host would; a cluster has several members. A test that needs etcd fails
+// when the binary is missing: it never skips.
 package etcdtest
 
 import (
@@ -10,16 +11,16 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
-	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	mwtls "github.com/coredns/coredns/plugin/pkg/tls"
+	"github.com/coresteer/coresteer/plugin/pkg/freeport"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -49,12 +50,27 @@ type TLS struct {
 	Cert, Key, CA, ClientCert, ClientKey string
 }
 
-// Launch starts an etcd server with its data in dir and waits until it answers. The caller
-// stops it with Stop.
-func Launch(dir string) (*Server, error) { return LaunchTLS(dir, nil) }
+// Launch starts an etcd server with its data in dir and waits until it answers; extra are more
+// etcd flags (--quota-backend-bytes 2000000). The caller stops it with Stop.
+func Launch(dir string, extra ...string) (*Server, error) { return LaunchTLS(dir, nil, extra...) }
 
 // LaunchTLS is Launch with TLS on the client URL when t is not nil.
-func LaunchTLS(dir string, t *TLS) (*Server, error) {
+func LaunchTLS(dir string, t *TLS, extra ...string) (*Server, error) {
+	s, err := newServer(dir, "etcdtest", t)
+	if err != nil {
+		return nil, err
+	}
+	s.args = append(s.args, "--initial-cluster", s.name+"="+s.peer)
+	s.args = append(s.args, extra...)
+	if err := s.Start(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// newServer prepares a member named name with its data in dir, on free ports; its arguments
+// lack --initial-cluster.
+func newServer(dir, name string, t *TLS) (*Server, error) {
 	// etcd wants its data directory private.
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
@@ -70,11 +86,11 @@ func LaunchTLS(dir string, t *TLS) (*Server, error) {
 		}
 		bin = p
 	}
-	cport, err := freePort()
+	cport, err := freeport.On("127.0.0.1")
 	if err != nil {
 		return nil, err
 	}
-	pport, err := freePort()
+	pport, err := freeport.On("127.0.0.1")
 	if err != nil {
 		return nil, err
 	}
@@ -83,11 +99,11 @@ func LaunchTLS(dir string, t *TLS) (*Server, error) {
 		scheme = "https"
 	}
 	s := &Server{
-		Endpoint: scheme + "://127.0.0.1:" + strconv.Itoa(cport),
+		Endpoint: scheme + "://127.0.0.1:" + cport,
 		bin:      bin,
 		dir:      dir,
-		name:     "etcdtest",
-		peer:     "http://127.0.0.1:" + strconv.Itoa(pport),
+		name:     name,
+		peer:     "http://127.0.0.1:" + pport,
 	}
 	s.args = []string{
 		"--name", s.name,
@@ -96,7 +112,6 @@ func LaunchTLS(dir string, t *TLS) (*Server, error) {
 		"--advertise-client-urls", s.Endpoint,
 		"--listen-peer-urls", s.peer,
 		"--initial-advertise-peer-urls", s.peer,
-		"--initial-cluster", s.name + "=" + s.peer,
 		"--logger", "zap",
 		"--log-level", "error",
 		"--log-outputs", "stderr",
@@ -107,23 +122,20 @@ func LaunchTLS(dir string, t *TLS) (*Server, error) {
 			return nil, err
 		}
 	}
-	if err := s.Start(); err != nil {
-		return nil, err
-	}
 	return s, nil
 }
 
-// New launches a server for tb, in a temporary directory, and stops it when tb ends. It fails
-// tb when etcd cannot start, the binary missing included.
-func New(tb testing.TB) *Server {
+// New launches a server for tb, in a temporary directory, with extra etcd flags, and stops it
+// when tb ends. It fails tb when etcd cannot start, the binary missing included.
+func New(tb testing.TB, extra ...string) *Server {
 	tb.Helper()
-	return NewTLS(tb, nil)
+	return NewTLS(tb, nil, extra...)
 }
 
 // NewTLS is New with TLS when t is not nil.
-func NewTLS(tb testing.TB, t *TLS) *Server {
+func NewTLS(tb testing.TB, t *TLS, extra ...string) *Server {
 	tb.Helper()
-	s, err := LaunchTLS(tb.TempDir(), t)
+	s, err := LaunchTLS(tb.TempDir(), t, extra...)
 	if err != nil {
 		tb.Fatalf("etcd: %v", err)
 	}
@@ -131,34 +143,77 @@ func NewTLS(tb testing.TB, t *TLS) *Server {
 	return s
 }
 
+// NewCluster launches a cluster of n members for tb and stops it when tb ends; it returns when
+// every member answers.
+func NewCluster(tb testing.TB, n int) []*Server {
+	tb.Helper()
+	var ms []*Server
+	var initial []string
+	for i := range n {
+		s, err := newServer(tb.TempDir(), fmt.Sprintf("m%d", i), nil)
+		if err != nil {
+			tb.Fatalf("etcd: %v", err)
+		}
+		ms = append(ms, s)
+		initial = append(initial, s.name+"="+s.peer)
+	}
+	for _, s := range ms {
+		s.args = append(s.args, "--initial-cluster", strings.Join(initial, ","), "--initial-cluster-state", "new")
+		tb.Cleanup(s.Stop)
+		if err := s.spawn(); err != nil {
+			tb.Fatalf("etcd: %v", err)
+		}
+	}
+	// A member answers only once the cluster has a leader: start them all, then wait.
+	for _, s := range ms {
+		s.mu.Lock()
+		done := s.done
+		s.mu.Unlock()
+		if err := waitReady(s.Endpoint, s.tls, done); err != nil {
+			tb.Fatalf("etcd member %s: %v", s.name, err)
+		}
+	}
+	return ms
+}
+
 // Start starts the server again after Stop, on the same ports and data, and waits until it
 // answers.
 func (s *Server) Start() error {
+	var err error
+	for range 50 { // the ports may still be held for a moment after a stop
+		if err = s.spawn(); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		done := s.done
+		s.mu.Unlock()
+		if err = waitReady(s.Endpoint, s.tls, done); err == nil {
+			return nil
+		}
+		s.kill()
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("etcd did not start: %w", err)
+}
+
+// spawn starts the process without waiting for it to answer.
+func (s *Server) spawn() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cmd != nil {
 		return errors.New("etcd already running")
 	}
-	var err error
-	for range 50 { // the ports may still be held for a moment after a stop
-		cmd := exec.Command(s.bin, s.args...) //nolint:gosec // the test's own binary and arguments
-		cmd.Stdout = os.Stderr
-		cmd.Stderr = os.Stderr
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err = cmd.Start(); err != nil {
-			return err
-		}
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		if err = waitReady(s.Endpoint, s.tls, done); err == nil {
-			s.cmd, s.done = cmd, done
-			return nil
-		}
-		_ = cmd.Process.Kill()
-		<-done
-		time.Sleep(100 * time.Millisecond)
+	cmd := exec.Command(s.bin, s.args...) //nolint:gosec // the test's own binary and arguments
+	cmd.Stdout = os.Stderr
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return err
 	}
-	return fmt.Errorf("etcd did not start: %w", err)
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	s.cmd, s.done = cmd, done
+	return nil
 }
 
 // Stop stops the server (SIGTERM, then SIGKILL after 10 s) and waits for it to exit. The data
@@ -170,6 +225,7 @@ func (s *Server) Stop() {
 		return
 	}
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	_ = s.cmd.Process.Signal(syscall.SIGCONT) // a paused server handles the SIGTERM
 	select {
 	case <-s.done:
 	case <-time.After(10 * time.Second):
@@ -179,10 +235,41 @@ func (s *Server) Stop() {
 	s.cmd, s.done = nil, nil
 }
 
+func (s *Server) kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		_ = s.cmd.Process.Kill()
+		<-s.done
+		s.cmd, s.done = nil, nil
+	}
+}
+
+// Pause stops the server's process (SIGSTOP) as a hung host would: its connections stay open
+// and nothing answers on them, until Resume.
+func (s *Server) Pause() { s.signal(syscall.SIGSTOP) }
+
+// Resume undoes Pause.
+func (s *Server) Resume() { s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		_ = s.cmd.Process.Signal(sig)
+	}
+}
+
 // Client returns a client of the server, closed when tb ends.
 func (s *Server) Client(tb testing.TB) *clientv3.Client {
 	tb.Helper()
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{s.Endpoint}, DialTimeout: 5 * time.Second, TLS: s.tls, Logger: zap.NewNop()})
+	return Client(tb, s.tls, s.Endpoint)
+}
+
+// Client returns a client of endpoints (one etcd cluster), closed when tb ends.
+func Client(tb testing.TB, tc *tls.Config, endpoints ...string) *clientv3.Client {
+	tb.Helper()
+	c, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, TLS: tc, Logger: zap.NewNop()})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -215,13 +302,4 @@ func waitReady(endpoint string, tc *tls.Config, exited chan struct{}) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
