@@ -12,6 +12,11 @@ import (
 	"github.com/coresteer/coresteer/plugin/pkg/etcdtest"
 )
 
+// fleetTimeout is the fleet timeout of the replica processes: short, so that an outage is
+// noticed in a few seconds, and long enough that a loaded machine (the race detector, other
+// tests) does not make a replica think etcd went silent.
+const fleetTimeout = 2 * time.Second
+
 // fleetCorefile is the one Corefile of every replica of the fleet tests: what differs between
 // replicas comes from the environment, as in deploy/kubernetes (REGION, SOURCE, REPLICA, and the
 // test's own ports).
@@ -34,14 +39,14 @@ func fleetCorefile(etcd, prefix string, port uint16, rdata string, perRegion, th
 			prefix %s
 			replica {$REPLICA}
 			replicas_per_region %d
-			timeout 1s
+			timeout %s
 		}
 	}
 	routingpolicy {
 		wrr www A 30 "1=%s" healthcheck web
 	}
 }
-`, port, interval, threshold, threshold, etcd, prefix, perRegion, rdata)
+`, port, interval, threshold, threshold, etcd, prefix, perRegion, fleetTimeout, rdata)
 }
 
 // deciding reports whether the fleet decides on every replica: none probes and decides alone.
@@ -65,6 +70,19 @@ func agreed(t *testing.T, what string, rs []*replicaProc, want ...string) {
 		}
 		return true
 	})
+}
+
+// answerThroughout checks, every 50 ms for d, that every replica answers want for
+// www.steer.test at the same moment (F-3), not only eventually.
+func answerThroughout(t *testing.T, d time.Duration, rs []*replicaProc, want ...string) {
+	t.Helper()
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		for _, rp := range rs {
+			if got, err := rp.Answer("www.steer.test"); err != nil || !slices.Equal(got, want) {
+				t.Fatalf("replica %s answers %v (%v), want %v like the others; its log:\n%s", rp.Name, got, err, want, rp.logs)
+			}
+		}
+	}
 }
 
 // load queries every replica without pause until stop, counting the queries that failed (an
@@ -134,6 +152,7 @@ func TestFleetReplicasAgreeF3F4(t *testing.T) {
 	both := []string{t1, t3}
 	slices.Sort(both)
 	agreed(t, "every replica serves the 2-of-3 target and not the 1-of-3 one", rs, both...)
+	answerThroughout(t, 3*time.Second, rs, both...)
 	for _, rp := range rs {
 		if n := rp.Metric(`coredns_healthcheck_fleet_members{replica="` + rp.Name + `"}`); n != 4 {
 			t.Errorf("replica %s sees %v members, want 4", rp.Name, n)
@@ -159,6 +178,7 @@ func TestFleetReplicasAgreeF3F4(t *testing.T) {
 	}
 	etcd.Start()
 	agreed(t, "every replica rejoins and they agree again", rs, both...)
+	answerThroughout(t, 3*time.Second, rs, both...)
 	for _, rp := range rs {
 		waitFor30(t, "fallback metric back to 0 on "+rp.Name, func() bool {
 			return rp.Metric(`coredns_healthcheck_fleet_fallback{replica="`+rp.Name+`"}`) == 0
@@ -240,7 +260,7 @@ func TestFleetShardingF1F2(t *testing.T) {
 	killed := time.Now()
 	a.Kill()
 	moved := map[*sourceTarget]bool{}
-	deadline := killed.Add(fleetTTL + 3*time.Second) // the lease, then at most 3 intervals
+	deadline := killed.Add(leaseTTL(fleetTimeout) + 3*time.Second) // the lease, then at most 3 intervals
 	for len(moved) < len(ofA) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d of a's %d targets probed by b %.1fs after a died, want all within the lease TTL and the next round", len(moved), len(ofA), time.Since(killed).Seconds())
@@ -252,7 +272,7 @@ func TestFleetShardingF1F2(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("a's %d targets probed by b %.1fs after a was killed (lease TTL %s)", len(ofA), time.Since(killed).Seconds(), fleetTTL)
+	t.Logf("a's %d targets probed by b %.1fs after a was killed (lease TTL %s)", len(ofA), time.Since(killed).Seconds(), leaseTTL(fleetTimeout))
 	waitFor30(t, "b probes all of us-east1's targets", func() bool { return probed(b) == 8 })
 	if n := b.Metric(`coredns_healthcheck_fleet_members{replica="b"}`); n != 2 {
 		t.Errorf("b sees %v members after a died, want 2", n)
@@ -306,12 +326,12 @@ func TestFleetTakeoverF1F2(t *testing.T) {
 	killed := time.Now()
 	a.Kill()
 	moved := map[*sourceTarget]bool{}
-	// The lease (at most fleetTTL after a's last renewal), the watch, then rounds spread over half
+	// The lease (at most the lease TTL after a's last renewal), the watch, then rounds spread over half
 	// a second; a target's next round without that could be up to 5 s later.
-	deadline := killed.Add(fleetTTL + 2500*time.Millisecond)
+	deadline := killed.Add(leaseTTL(fleetTimeout) + 2500*time.Millisecond)
 	for len(moved) < len(ofA) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of a's %d targets probed by b %.1fs after a died, want all within the lease TTL (%s) and 2.5 s", len(moved), len(ofA), time.Since(killed).Seconds(), fleetTTL)
+			t.Fatalf("%d of a's %d targets probed by b %.1fs after a died, want all within the lease TTL (%s) and 2.5 s", len(moved), len(ofA), time.Since(killed).Seconds(), leaseTTL(fleetTimeout))
 		}
 		time.Sleep(20 * time.Millisecond)
 		for _, st := range ofA {
@@ -320,5 +340,5 @@ func TestFleetTakeoverF1F2(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("a's %d targets probed by b %.1fs after a was killed (interval 5s, lease TTL %s)", len(ofA), time.Since(killed).Seconds(), fleetTTL)
+	t.Logf("a's %d targets probed by b %.1fs after a was killed (interval 5s, lease TTL %s)", len(ofA), time.Since(killed).Seconds(), leaseTTL(fleetTimeout))
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 // fleetLB is a Corefile whose load balancer wants its backends probed by check tcp1, in a fleet.
@@ -187,35 +189,40 @@ func gaugeValue(t *testing.T, name, replica string) float64 {
 	return -1
 }
 
-// A replica name taken by another live process is detected and logged; the second process stays
-// alone until the name is free, then joins by itself.
+// A replica name taken by another live process is detected and logged: a second process of
+// this test binary serves a Corefile with the name this process holds; it stays alone (its
+// fallback metric says so) until the name is free, then joins by itself. This process's own
+// membership is not disturbed.
 func TestFleetDuplicateReplica(t *testing.T) {
 	leakCheck(t)
-	logs := coretest.CaptureLog(t)
 	etcd := etcdtest.New(t)
 	const prefix = "/test/dup"
-	c := fleetCheck(time.Second, "us-east1")
-	first := testFleetConfig(etcd.Endpoint, prefix, "same", 1)
-	second := testFleetConfig(etcd.Endpoint, prefix, "same", 1)
-	second.Timeout = 2 * time.Second // another identity: a second membership, as in another process
-	v1, v2 := newFleetView([]*Check{c}), newFleetView([]*Check{c})
-	f1 := joinFleet(first, v1)
-	waitFor(t, "the first replica joined", func() bool { j, _ := joinedMode(f1); return j })
-	f2 := joinFleet(second, v2)
-	defer f2.leave(v2)
-	waitFor(t, "the duplicate logged", func() bool {
-		return logs.Count(`replica name "same" is already registered by another live process`) == 1
+	v := newFleetView([]*Check{fleetCheck(time.Second, "us-east1")})
+	f := joinFleet(testFleetConfig(etcd.Endpoint, prefix, "same", 1), v)
+	left := false
+	defer func() {
+		if !left {
+			f.leave(v)
+		}
+	}()
+	waitFor(t, "this process joined", func() bool { j, _ := joinedMode(f); return j })
+	other := startReplicaProc(t, "same", fleetCorefile(etcd.Endpoint, prefix, 9, "127.0.0.1", 1, 1, time.Second), "REGION=us-east1", "SOURCE=127.0.0.1")
+	waitFor30(t, "the other process logs the duplicate", func() bool {
+		return strings.Count(other.logs.String(), `replica name "same" is already registered by another live process`) == 1
 	})
-	if j, _ := joinedMode(f2); j {
-		t.Fatal("the duplicate joined")
+	if m := other.Metric(`coredns_healthcheck_fleet_fallback{replica="same"}`); m != 1 {
+		t.Errorf("the other process's fallback metric %v, want 1 (alone)", m)
 	}
-	if j, _ := joinedMode(f1); !j {
-		t.Fatal("the first replica lost its membership to the duplicate")
+	if j, _ := joinedMode(f); !j {
+		t.Fatal("this process lost its membership to the duplicate")
 	}
-	f1.leave(v1)
-	waitFor30(t, "the second replica joins once the name is free", func() bool { j, _ := joinedMode(f2); return j })
-	if n := logs.Count(`replica name "same" is already registered`); n != 1 {
-		t.Errorf("the duplicate was logged %d times, want once", n)
+	f.leave(v)
+	left = true
+	waitFor30(t, "the other process joins once the name is free", func() bool {
+		return strings.Contains(other.logs.String(), "(replica same): joined (lease")
+	})
+	if n := strings.Count(other.logs.String(), `replica name "same" is already registered`); n != 1 {
+		t.Errorf("the duplicate was logged %d times, want once:\n%s", n, other.logs)
 	}
 }
 
@@ -296,5 +303,169 @@ func TestFleetWatchCompactedRelists(t *testing.T) {
 	stop()
 	if err := <-errc; err == nil {
 		t.Fatal("follow ended without an error")
+	}
+}
+
+// F-4 and bad input: a replica that cannot reach etcd at startup logs why: the endpoint and what
+// connecting to it says.
+func TestFleetUnreachableLogNamesEndpointF4(t *testing.T) {
+	leakCheck(t)
+	logs := coretest.CaptureLog(t)
+	b := listen(t, "127.0.86.10:0")
+	nobody := "127.0.0.1:" + coretest.FreePort(t)
+	s := coretest.Start(t, fleetLB("http://"+nobody, "/test/why", "1s", b.addr()))
+	defer s.Stop()
+	waitFor30(t, "the fallback log line", func() bool { return logs.Count("not joined yet") == 1 })
+	if l := logs.Lines("not joined yet")[0]; !strings.Contains(l, "http://"+nobody+": dial tcp "+nobody) || !strings.Contains(l, "connection refused") {
+		t.Fatalf("the log line does not say why: %s", l)
+	}
+}
+
+// F-1: a replica that stops (or a reload that ends its membership) while it is joining revokes
+// its new lease: its member key does not stay until the lease expires. The prefix is made large
+// so that the join's list takes a while.
+func TestFleetStopWhileJoiningRevokesF1(t *testing.T) {
+	leakCheck(t)
+	etcd := etcdtest.New(t)
+	cli := etcd.Client(t)
+	const prefix = "/test/stopjoining"
+	bigPrefix(t, cli, prefix)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	wch := cli.Watch(ctx, memberKey(prefix, "r1"))
+	v := newFleetView([]*Check{fleetCheck(time.Second, "us-east1")})
+	f := joinFleet(testFleetConfig(etcd.Endpoint, prefix, "r1", 1), v)
+	<-wch // registered: the session now lists the prefix
+	f.leave(v)
+	if m := member(t, cli, prefix, "r1"); len(m.Kvs) != 0 {
+		t.Fatalf("the replica stopped but its member key stays (lease %x, %d leases): it leaves only when the lease expires", m.Kvs[0].GetLease(), leases(t, cli))
+	}
+}
+
+// bigPrefix fills prefix with 20,000 keys of 512 bytes that are neither members nor results,
+// so that listing the prefix takes a while.
+func bigPrefix(t *testing.T, cli *clientv3.Client, prefix string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	val := strings.Repeat("x", 512)
+	for i := 0; i < 20000; i += fleetMaxOps {
+		ops := make([]clientv3.Op, 0, fleetMaxOps)
+		for j := i; j < i+fleetMaxOps; j++ {
+			ops = append(ops, clientv3.OpPut(prefix+"/other/"+strconv.Itoa(j), val))
+		}
+		if _, err := cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// F-1: a reload that changes only the fleet's timeout (or adds an endpoint of the same cluster,
+// or rotates the credentials) makes a new membership of the same replica in the same process: it
+// takes the old one's member key over, it is not a duplicate replica name held "by another live
+// process", even when the reload comes while the old membership is joining.
+func TestFleetReloadNewTimeoutNotDuplicateF1(t *testing.T) {
+	leakCheck(t)
+	logs := coretest.CaptureLog(t)
+	etcd := etcdtest.New(t)
+	cli := etcd.Client(t)
+	b := listen(t, "127.0.86.3:0")
+	const prefix = "/test/retimeout"
+	bigPrefix(t, cli, prefix)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	wch := cli.Watch(ctx, memberKey(prefix, "r1"))
+	s := coretest.Start(t, fleetLB(etcd.Endpoint, prefix, "3s", b.addr()))
+	<-wch // registered, still joining
+	if err := s.Reload(fleetLB(etcd.Endpoint, prefix, "2s", b.addr())); err != nil {
+		t.Fatal(err)
+	}
+	waitFor30(t, "the new membership joined", func() bool { return logs.Count("(replica r1): joined (lease") >= 1 })
+	waitFor30(t, "one member key under the new membership's lease", func() bool {
+		m := member(t, cli, prefix, "r1")
+		return len(m.Kvs) == 1 && leases(t, cli) == 1
+	})
+	if n := logs.Count("is already registered by another live process"); n != 0 {
+		t.Fatalf("a reload of the same replica was logged as a duplicate replica name:\n%s", strings.Join(logs.Lines("Fleet"), "\n"))
+	}
+	s.Stop()
+	if m := member(t, cli, prefix, "r1"); len(m.Kvs) != 0 || leases(t, cli) != 0 {
+		t.Fatalf("after shutdown: member %v, %d leases", m.Kvs, leases(t, cli))
+	}
+}
+
+// F-4: a shutdown (and so a reload that changes the fleet's endpoints, and SIGTERM) does not hang
+// on an etcd that does not answer (paused: a hung host, its connections open): the revocation of
+// the lease waits at most half a second, not the fleet's timeout (here 10 s).
+func TestFleetStopUnansweringEtcdF4(t *testing.T) {
+	leakCheck(t)
+	etcd := etcdtest.New(t)
+	cli := etcd.Client(t)
+	b := listen(t, "127.0.86.4:0")
+	const prefix = "/test/shutdownstop"
+	s := coretest.Start(t, fleetLB(etcd.Endpoint, prefix, "10s", b.addr()))
+	waitFor(t, "joined", func() bool { return len(member(t, cli, prefix, "r1").Kvs) == 1 })
+	etcd.Pause()
+	defer etcd.Resume()
+	start := time.Now()
+	s.Stop()
+	if d := time.Since(start); d > fleetRevokeWait+time.Second {
+		t.Fatalf("shutdown took %.1fs with etcd not answering (fleet timeout 10s)", d.Seconds())
+	}
+}
+
+// credentials USER PASSWORD against an etcd with authentication on, the user allowed to read and
+// write the fleet's prefix only (as the README asks): the replica joins, publishes, and leaves.
+func TestFleetCredentials(t *testing.T) {
+	leakCheck(t)
+	etcd := etcdtest.New(t)
+	cli := etcd.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const prefix = "/test/auth"
+	steps := []func() error{
+		func() error { _, err := cli.UserAdd(ctx, "root", "rootpw"); return err },
+		func() error { _, err := cli.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := cli.RoleAdd(ctx, "dns"); return err },
+		func() error {
+			_, err := cli.RoleGrantPermission(ctx, "dns", prefix+"/", clientv3.GetPrefixRangeEnd(prefix+"/"), clientv3.PermissionType(clientv3.PermReadWrite))
+			return err
+		},
+		func() error { _, err := cli.UserAdd(ctx, "coresteer", "s3cret"); return err },
+		func() error { _, err := cli.UserGrantRole(ctx, "coresteer", "dns"); return err },
+		func() error { _, err := cli.AuthEnable(ctx); return err },
+	}
+	for i, s := range steps {
+		if err := s(); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+	}
+	root, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint}, Username: "root", Password: "rootpw", Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	tg := netip.MustParseAddrPort("127.0.86.7:80")
+	script := newRegionScript()
+	script.set(tg, "us-east1")
+	cfg := testFleetConfig(etcd.Endpoint, prefix, "r1", 1)
+	cfg.Username, cfg.Password = "coresteer", "s3cret"
+	r := startReplica(t, cfg, fleetCheck(time.Second, "us-east1"), script, tg)
+	waitFor30(t, "decided from the fleet with credentials", func() bool {
+		return r.status(0).Reason == "fleet: 1/1 regions healthy"
+	})
+	count := func() int64 {
+		resp, err := root.Get(ctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Count
+	}
+	if n := count(); n != 2 {
+		t.Errorf("%d keys under the prefix, want the member and its result", n)
+	}
+	r.stop()
+	if n := count(); n != 0 {
+		t.Fatalf("%d keys left behind after leaving", n)
 	}
 }

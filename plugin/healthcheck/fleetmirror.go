@@ -11,10 +11,10 @@ import (
 // The layout of a fleet's keys under its prefix:
 //
 //	PREFIX/members/REPLICA                         {"nonce":..., "checks":{"web":["us-east1"]}}
-//	PREFIX/results/CHECK/TARGET/REGION/REPLICA     {"ok":2,"got":3,"failure":"status 503"}
+//	PREFIX/results/CHECK/TARGET/REGION/REPLICA     {"healthy":1,"decided":2,"failure":"status 503"}
 //
 // Both live under the replica's lease (F-1, F-3). TARGET is ADDRESS:PORT ([v6]:PORT); check,
-// region and replica names have no '/'.
+// region and replica names have no '/' (parse refuses a region with one in a fleet).
 const (
 	membersDir = "/members/"
 	resultsDir = "/results/"
@@ -35,22 +35,26 @@ func (k resultKey) key(prefix, replica string) string {
 	return prefix + resultsDir + k.pair.check + "/" + k.pair.target + "/" + k.region + "/" + replica
 }
 
-// memberValue is what a replica registers: the prober regions of each of its checks.
+// memberValue is what a replica registers: the prober regions of each of its checks. The nonce
+// is its process's: a member key with this process's nonce is this process's own.
 type memberValue struct {
 	Nonce  string              `json:"nonce"`
 	Checks map[string][]string `json:"checks"`
 }
 
-// resultValue is a published tally (verdict.go). Only these fields are written, so a replica
-// writes again only when what its probers saw changes.
+// resultValue is what a replica publishes of one (check, target) and one region (F-3): the
+// states of its probers there, each the thresholds applied to that prober's own results
+// (verdict.go): how many are healthy, how many have a state, and why the first unhealthy one is.
+// A state changes only as often as the thresholds let it, so etcd's write load follows state
+// changes, not rounds.
 type resultValue struct {
-	OK      int    `json:"ok"`
-	Got     int    `json:"got"`
+	Healthy int    `json:"healthy"`
+	Decided int    `json:"decided"`
 	Failure string `json:"failure,omitempty"`
 }
 
-func encodeTally(t tally) string {
-	b, _ := json.Marshal(resultValue{OK: t.ok, Got: t.got, Failure: t.failure})
+func encodeResult(t tally) string {
+	b, _ := json.Marshal(resultValue{Healthy: t.ok, Decided: t.got, Failure: t.failure})
 	return string(b)
 }
 
@@ -74,34 +78,42 @@ func newMirror() mirror {
 
 func proberKey(check, region string) string { return check + "\x00" + region }
 
-// apply records a put (value != nil) or a delete of key. It reports what the key was: a member
-// (and whether the member list or their regions changed) or a result, and its replica.
-func (m *mirror) apply(prefix, key string, value []byte) (replica string, member, changed bool, err error) {
+// change is what one put or delete did to the mirror.
+type change struct {
+	replica string
+	member  bool    // the key is a member's
+	members bool    // the members or their regions changed
+	pair    pairKey // the (check, target) of a result key
+}
+
+// apply records a put (value != nil) or a delete of key.
+func (m *mirror) apply(prefix, key string, value []byte) (change, error) {
 	rest, ok := strings.CutPrefix(key, prefix)
 	if !ok {
-		return "", false, false, fmt.Errorf("key %q outside the prefix", key)
+		return change{}, fmt.Errorf("key %q outside the prefix", key)
 	}
 	if name, ok := strings.CutPrefix(rest, membersDir); ok {
-		return name, true, m.applyMember(name, value), nil
+		return change{replica: name, member: true, members: m.applyMember(name, value)}, nil
 	}
 	if r, ok := strings.CutPrefix(rest, resultsDir); ok {
 		parts := strings.Split(r, "/")
 		if len(parts) != 4 {
-			return "", false, false, fmt.Errorf("result key %q: want CHECK/TARGET/REGION/REPLICA", key)
+			return change{}, fmt.Errorf("result key %q: want CHECK/TARGET/REGION/REPLICA", key)
 		}
 		k := resultKey{pair: pairKey{check: parts[0], target: parts[1]}, region: parts[2]}
+		c := change{replica: parts[3], pair: k.pair}
 		if value == nil {
 			m.deleteResult(k, parts[3])
-			return parts[3], false, false, nil
+			return c, nil
 		}
 		var v resultValue
-		if err := json.Unmarshal(value, &v); err != nil || v.OK < 0 || v.Got < v.OK {
-			return parts[3], false, false, fmt.Errorf("result %q: bad value %q", key, value)
+		if err := json.Unmarshal(value, &v); err != nil || v.Healthy < 0 || v.Decided < v.Healthy {
+			return change{}, fmt.Errorf("result %q: bad value %q", key, value)
 		}
-		m.putResult(k, slot{member: parts[3], tally: tally{region: parts[2], ok: v.OK, got: v.Got, failure: v.Failure}})
-		return parts[3], false, false, nil
+		m.putResult(k, slot{member: parts[3], tally: tally{region: parts[2], ok: v.Healthy, got: v.Decided, failure: v.Failure}})
+		return c, nil
 	}
-	return "", false, false, fmt.Errorf("key %q: neither a member nor a result", key)
+	return change{}, fmt.Errorf("key %q: neither a member nor a result", key)
 }
 
 // applyMember records a member's registration, or its leaving when value is nil, and reports
@@ -186,20 +198,29 @@ func cmpSlot(a, b slot) int {
 	return strings.Compare(a.member, b.member)
 }
 
-// tallies adds up, region by region, what every member published about pair, with this
-// replica's own tallies (me, the current round's) in place of its published ones: HC-2 then
-// counts every prober of the fleet in each region (F-3). The order, by region and then member,
-// is the same on every replica, so the same results give the same verdict and the same reason.
-func (m *mirror) tallies(pair pairKey, me string, mine []tally) []tally {
+// registers reports whether member currently registers region as a prober region of check.
+func (m *mirror) registers(member, check, region string) bool {
+	return slices.Contains(m.members[member].Checks[check], region)
+}
+
+// tallies adds up, region by region, the prober states every member published about pair, with
+// this replica's own (me, what it publishes now) in place of its published ones: HC-2 then
+// counts every prober of the fleet in each region (F-3). Only a member that currently registers
+// the check from that region counts there, so a region a reload removed, or a replica that left,
+// stops counting at once. The order, by region and then member, is the same on every replica, so
+// the same keys in etcd give the same verdict and the same reason.
+func (m *mirror) tallies(pair pairKey, me string, mine map[string]tally) []tally {
 	ss := m.results[pair]
 	all := make([]slot, 0, len(ss)+len(mine))
 	for _, s := range ss {
-		if s.member != me {
+		if s.member != me && m.registers(s.member, pair.check, s.tally.region) {
 			all = append(all, s)
 		}
 	}
-	for _, t := range mine {
-		all = append(all, slot{member: me, tally: t})
+	for region, t := range mine {
+		if m.registers(me, pair.check, region) {
+			all = append(all, slot{member: me, tally: t})
+		}
 	}
 	slices.SortFunc(all, cmpSlot)
 	var out []tally

@@ -51,6 +51,10 @@ func (f *fleetConfig) identity() string {
 	}, "\x00")
 }
 
+// name is the fleet's prefix and this replica's name: two memberships of this process with the
+// same name (during a reload that changed the connection) share the member key.
+func (f *fleetConfig) name() string { return f.Prefix + "\x00" + f.Replica }
+
 var replicaName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
 
 // parseFleet reads `fleet etcd ENDPOINT... { ... }`, the current token being fleet.
@@ -106,7 +110,7 @@ func parseFleet(c *caddy.Controller) (*fleetConfig, error) {
 // https, and returns it without a trailing '/'. A bare HOST:PORT gets its scheme from tls.
 func parseEndpoint(e string) (string, error) {
 	hostport, scheme := e, ""
-	if i := strings.Index(e, "://"); i >= 0 {
+	if strings.Contains(e, "://") {
 		u, err := url.Parse(e)
 		if err != nil {
 			return "", err

@@ -145,7 +145,10 @@ type probe struct {
 	ran     uint32 // the regions the last round probed from
 
 	mu      sync.Mutex
-	streak  streak
+	streak  streak        // the thresholds over this replica's rounds, when it decides alone
+	probers []proberState // in a fleet: each prober's own state, what this replica publishes
+	shared  bool          // the fleet decided the last verdict (F-3)
+	state   health.State  // the verdict on the board, and its reason
 	reason  string
 	targets map[*health.Target]int
 }
@@ -279,49 +282,6 @@ func (r *Registry) due(now time.Time, batch []job) []job {
 	return batch
 }
 
-// replan brings forward the next round of every probe of fleet f that this replica is now chosen
-// to probe from a region its last round did not probe from: the fleet's members changed (F-2). A
-// replica that takes over the targets of one that died probes them within about a second of the
-// member's lease expiring, not at their next round an interval later. The rounds brought forward
-// are spread over up to half a second (HC-5).
-func (r *Registry) replan(f *fleet) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	now := r.clock.Now()
-	moved := false
-	for _, p := range r.probes {
-		fr := p.run.fleet
-		if fr == nil || fr.f != f || p.busy {
-			continue
-		}
-		c := p.run.check
-		chosen, _, shared := f.plan(c, p.key.target.String(), fr.perRegion)
-		if !shared || chosen&^p.ran == 0 {
-			continue
-		}
-		if soon := now.Add(r.jitter(min(c.Interval, 500*time.Millisecond))); p.due.After(soon) {
-			p.due = soon
-			heap.Fix(&r.queue, p.index)
-			moved = true
-		}
-	}
-	if moved {
-		r.kick()
-	}
-}
-
-// probing counts p in the fleet's gauge of probed targets while its rounds probe; r.mu is held.
-func (r *Registry) probing(p *probe, f *fleet, on bool) {
-	switch {
-	case on && p.probing == nil:
-		p.probing = f.gTargets
-		p.probing.Inc()
-	case !on && p.probing != nil:
-		p.probing.Dec()
-		p.probing = nil
-	}
-}
-
 // dispatch hands j to an idle worker, starts a worker when none is idle and the pool is not
 // full, or else waits for one. It returns false when the registry stops.
 func (r *Registry) dispatch(j job, quit chan struct{}) bool {
@@ -401,7 +361,10 @@ func (r *Registry) logLocal(run *checkRun, slot int, err error) {
 	log.Warningf("Prober of check %s in region %s (source %s) cannot probe: %v; its probes give no result", run.check.Name, p.region, src, err)
 }
 
-// finish turns the attempts of a round into a verdict and applies the thresholds (HC-2).
+// finish turns the attempts of a round into a verdict. Alone, the thresholds apply to the
+// round's verdict (HC-2). In a fleet the round feeds the probers' states, which this replica
+// publishes for the regions it is chosen for, and while the fleet decides, the verdict is the
+// fleet's (F-3, decideShared).
 func (r *Registry) finish(rd *round) {
 	defer r.rounds.Add(1)
 	p := rd.p
@@ -413,54 +376,61 @@ func (r *Registry) finish(rd *round) {
 		return
 	}
 	c := rd.run.check
-	v := r.verdict(rd)
+	v := aggregate(tallies(c, rd.res, rd.ran))
 	if c.Log && v.outcome == failure {
 		// Health-check logging (HC-7 with log): every failed round, with why.
 		log.Infof("Check %s target %s: probe round failed: %s", c.Name, p.key.target, v.reason)
 	}
+	if fr := rd.run.fleet; fr != nil {
+		p.mu.Lock()
+		states := p.proberRound(c, rd.res, rd.ran)
+		p.mu.Unlock()
+		if rd.joined {
+			fr.f.publish(c, p.key.target.String(), states, rd.chosen)
+		}
+		if rd.shared {
+			r.decideShared(p, rd.run)
+			return
+		}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	old := p.streak.state
-	now := p.streak.next(c, v.outcome)
-	if now == old {
+	// F-4: a replica that decides alone again after the fleet did starts as from Unknown: its
+	// first verdict decides, rather than the fleet's lasting for a threshold's worth of rounds.
+	fromShared := p.shared
+	if fromShared {
+		p.shared = false
+		p.streak = streak{}
+	}
+	st := p.streak.next(c, v.outcome)
+	if st == health.Unknown || (st == p.state && !fromShared) {
 		return
 	}
 	reason := v.reason
-	if old != health.Unknown {
+	if !fromShared && p.state != health.Unknown {
 		n, what := p.streak.failures, "failures"
-		if now == health.Healthy {
+		if st == health.Healthy {
 			n, what = p.streak.successes, "successes"
 		}
 		reason = strconv.Itoa(n) + " consecutive " + what + ": " + reason
 	}
-	p.reason = reason
-	for t := range p.targets {
-		r.board.Set(t, now, reason)
-	}
-	p.gauge.Set(float64(now))
-	rd.run.transitions[now].Inc()
-	// HC-7: one line per state change, always.
-	log.Infof("Check %s target %s: %s -> %s (%s)", c.Name, p.key.target, old, now, reason)
+	r.set(p, rd.run, st, reason)
 }
 
-// verdict applies HC-2 to a round: to this replica's tallies when it decides alone, to the
-// fleet's when the fleet decides (F-3), through the same aggregate. A member publishes the
-// tallies of the regions it is chosen for.
-func (r *Registry) verdict(rd *round) verdict {
-	c := rd.run.check
-	local := tallies(c, rd.res, rd.ran)
-	fr := rd.run.fleet
-	if fr == nil || !rd.joined {
-		return aggregate(local)
+// set writes the verdict st of p, with its reason, to every target p writes; a change of state
+// is counted and logged (HC-7: one line per state change, always). p.mu is held.
+func (r *Registry) set(p *probe, run *checkRun, st health.State, reason string) {
+	old := p.state
+	p.state, p.reason = st, reason
+	for t := range p.targets {
+		r.board.Restate(t, st, reason)
 	}
-	target := rd.p.key.target.String()
-	fr.f.publish(c, target, local, rd.chosen)
-	if !rd.shared {
-		return aggregate(local)
+	if st == old {
+		return
 	}
-	v := aggregate(fr.f.tallies(pairKey{check: c.Name, target: target}, local))
-	v.reason = "fleet: " + v.reason
-	return v
+	p.gauge.Set(float64(st))
+	run.transitions[st].Inc()
+	log.Infof("Check %s target %s: %s -> %s (%s)", run.check.Name, p.key.target, old, st, reason)
 }
 
 // acquire returns the probe of target with run's check, creating it with its first round
@@ -501,6 +471,7 @@ func (r *Registry) use(p *probe, run *checkRun, now time.Time) {
 	if p.run.identity != run.identity {
 		p.mu.Lock()
 		p.streak.successes, p.streak.failures = 0, 0
+		p.keepProbers(p.run.check, run.check)
 		p.mu.Unlock()
 	}
 	if old := p.run.fleet; old != nil && (run.fleet == nil || run.fleet.f != old.f) {
@@ -559,8 +530,8 @@ func (r *Registry) attach(p *probe, t *health.Target) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.targets[t]++
-	if p.streak.state != health.Unknown {
-		r.board.Set(t, p.streak.state, p.reason)
+	if p.state != health.Unknown {
+		r.board.Restate(t, p.state, p.reason)
 	}
 }
 

@@ -1,6 +1,7 @@
 package healthcheck
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"testing"
@@ -62,25 +63,42 @@ func TestRendezvousF2(t *testing.T) {
 	}
 }
 
-// F-3, HC-2 over the fleet: the tallies of one region published by several replicas add up, the
-// replica's own current tallies replace what it published, and the order (and so the reason) is
-// the same whichever replica computes it.
+// F-3, HC-2 over the fleet: the prober states of one region published by several replicas add
+// up, the replica's own current ones replace what it published, only members that register the
+// check from that region count there, and the order (and so the reason) is the same whichever
+// replica computes it.
 func TestMirrorTalliesF3(t *testing.T) {
 	m := newMirror()
-	put := func(member, region, val string) {
+	apply := func(key, val string) {
 		t.Helper()
-		if _, _, _, err := m.apply("/p", "/p/results/web/10.0.0.1:80/"+region+"/"+member, []byte(val)); err != nil {
+		var v []byte
+		if val != "" {
+			v = []byte(val)
+		}
+		if _, err := m.apply("/p", key, v); err != nil {
 			t.Fatal(err)
 		}
 	}
-	put("a", "us-east1", `{"ok":1,"got":1}`)
-	put("b", "us-east1", `{"ok":0,"got":1,"failure":"timeout"}`)
-	put("c", "us-east1", `{"ok":1,"got":1}`)
-	put("d", "europe-west1", `{"ok":0,"got":3,"failure":"status 503"}`)
-	put("e", "asia-east1", `{"ok":2,"got":3}`)
+	member := func(name string, regions ...string) {
+		t.Helper()
+		b, _ := json.Marshal(memberValue{Nonce: name, Checks: map[string][]string{"web": regions}})
+		apply("/p/members/"+name, string(b))
+	}
+	put := func(member, region, val string) {
+		t.Helper()
+		apply("/p/results/web/10.0.0.1:80/"+region+"/"+member, val)
+	}
+	for _, l := range []struct{ name, region string }{{"a", "us-east1"}, {"b", "us-east1"}, {"c", "us-east1"}, {"d", "europe-west1"}, {"e", "asia-east1"}} {
+		member(l.name, l.region)
+	}
+	put("a", "us-east1", `{"healthy":1,"decided":1}`)
+	put("b", "us-east1", `{"healthy":0,"decided":1,"failure":"timeout"}`)
+	put("c", "us-east1", `{"healthy":1,"decided":1}`)
+	put("d", "europe-west1", `{"healthy":0,"decided":3,"failure":"status 503"}`)
+	put("e", "asia-east1", `{"healthy":2,"decided":3}`)
 	pair := pairKey{check: "web", target: "10.0.0.1:80"}
-	// From replica e, whose current round says asia-east1 is down.
-	ts := m.tallies(pair, "e", []tally{{region: "asia-east1", ok: 0, got: 3, failure: "refused"}})
+	// From replica e, whose probers now say asia-east1 is down.
+	ts := m.tallies(pair, "e", map[string]tally{"asia-east1": {region: "asia-east1", ok: 0, got: 3, failure: "refused"}})
 	v := aggregate(ts)
 	if v.outcome != failure || v.healthyRegions != 1 || v.regions != 3 {
 		t.Fatalf("verdict %+v from %+v", v, ts)
@@ -89,24 +107,37 @@ func TestMirrorTalliesF3(t *testing.T) {
 		t.Errorf("reason %q", v.reason)
 	}
 	// From replica a: its own published us-east1 result is replaced by its current one.
-	ts = m.tallies(pair, "a", []tally{{region: "us-east1", ok: 0, got: 1, failure: "reset"}})
+	ts = m.tallies(pair, "a", map[string]tally{"us-east1": {region: "us-east1", ok: 0, got: 1, failure: "reset"}})
 	if want := (tally{region: "us-east1", ok: 1, got: 3, failure: "reset"}); ts[2] != want {
 		t.Errorf("us-east1 %+v, want %+v", ts[2], want)
 	}
-	// A deleted result no longer counts; bad keys and values are refused.
-	if _, _, _, err := m.apply("/p", "/p/results/web/10.0.0.1:80/europe-west1/d", nil); err != nil {
-		t.Fatal(err)
+	// Every replica computes the same from the same keys, whatever its name.
+	if x, y := aggregate(m.tallies(pair, "x", nil)), aggregate(m.tallies(pair, "y", nil)); x != y {
+		t.Errorf("replicas x and y disagree: %+v, %+v", x, y)
 	}
+	// A deleted result no longer counts.
+	put("d", "europe-west1", "")
 	if v := aggregate(m.tallies(pair, "z", nil)); v.regions != 2 {
 		t.Errorf("after the delete: %d regions, want 2", v.regions)
 	}
+	// A member that no longer registers asia-east1 (a reload dropped it), or that left, no
+	// longer counts there, whatever its key still says.
+	member("e", "europe-west1")
+	if v := aggregate(m.tallies(pair, "z", nil)); v.regions != 1 {
+		t.Errorf("after e dropped asia-east1: %d regions, want 1", v.regions)
+	}
+	apply("/p/members/b", "")
+	if ts := m.tallies(pair, "z", nil); len(ts) != 1 || ts[0] != (tally{region: "us-east1", ok: 2, got: 2}) {
+		t.Errorf("after b left: %+v, want us-east1 2/2", ts)
+	}
 	for _, bad := range []struct{ key, val string }{
 		{"/p/results/web/x", `{}`},
-		{"/p/results/web/10.0.0.1:80/r/m", `{"ok":2,"got":1}`},
+		{"/p/results/web/10.0.0.1:80/r/m", `{"healthy":2,"decided":1}`},
+		{"/p/results/web/10.0.0.1:80/r/m", `{"healthy":-1,"decided":1}`},
 		{"/p/other/x", `{}`},
 		{"/q/members/x", `{}`},
 	} {
-		if _, _, _, err := m.apply("/p", bad.key, []byte(bad.val)); err == nil {
+		if _, err := m.apply("/p", bad.key, []byte(bad.val)); err == nil {
 			t.Errorf("%s %s accepted", bad.key, bad.val)
 		}
 	}

@@ -2,6 +2,7 @@ package healthcheck
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/coresteer/coresteer/plugin/pkg/health"
 )
@@ -14,10 +15,12 @@ type verdict struct {
 	reason         string
 }
 
-// tally is what the probers of one region saw of a target: how many produced a result, how many
-// of those succeeded, and the reason of the first failure. A local round gives one tally per
-// region of the check; in a fleet the tallies of one region published by every replica that
-// probes it add up (fleetmirror.go), so HC-2 counts every prober of the fleet in that region.
+// tally is what the probers of one region say of a target: how many have something to say, how
+// many of those say healthy, and the reason of the first that does not. A local round gives one
+// tally per region of the check from the probers' results. In a fleet each prober's state (the
+// thresholds applied to its own results, proberRound) is published, and the tallies of one
+// region published by every replica that probes it add up (fleetmirror.go), so HC-2 counts every
+// prober of the fleet in that region.
 type tally struct {
 	region  string
 	ok, got int
@@ -56,10 +59,10 @@ func tallies(c *Check, res []attempt, ran uint32) []tally {
 	return out
 }
 
-// aggregate applies HC-2 to the tallies of a round, the one function for a replica alone and for
-// a fleet. A region's verdict is the strict majority of its probers that produced a result (a tie
-// is unhealthy); a region whose probers all failed to run abstains. The target is healthy when a
-// strict majority of the regions that produced a result say healthy.
+// aggregate applies HC-2 to tallies, the one function for a replica alone (a round's results)
+// and for a fleet (its probers' states). A region's verdict is the strict majority of its probers
+// that have something to say (a tie is unhealthy); a region with none abstains. The target is
+// healthy when a strict majority of the regions that have something to say say healthy.
 func aggregate(ts []tally) verdict {
 	var v verdict
 	firstFailure := ""
@@ -125,4 +128,64 @@ func (s *streak) next(c *Check, o outcome) health.State {
 		s.state = health.Unhealthy
 	}
 	return s.state
+}
+
+// proberState is one prober's own state in a fleet (F-3): the thresholds applied to its results
+// alone, and why it is in that state (the failure that made it unhealthy).
+type proberState struct {
+	streak streak
+	reason string
+}
+
+// proberRound feeds a round into the states of p's probers (one per slot, region-major) and
+// returns one tally per region that ran: how many of its probers are healthy, how many have a
+// state, and the reason of the first unhealthy one. These change only when a prober's state
+// changes, so they are what a fleet member publishes. A region that did not run forgets its
+// probers' states: this replica no longer probes from it. p.mu is held.
+func (p *probe) proberRound(c *Check, res []attempt, ran uint32) []tally {
+	if len(p.probers) != c.slots() {
+		p.probers = make([]proberState, c.slots())
+	}
+	n := c.ProbersPerRegion
+	out := make([]tally, 0, len(c.Regions))
+	for r := range c.Regions {
+		ps := p.probers[r*n : (r+1)*n]
+		if ran&(1<<r) == 0 {
+			clear(ps)
+			continue
+		}
+		t := tally{region: c.Regions[r].Name}
+		for i := range ps {
+			a := res[r*n+i]
+			if old := ps[i].streak.state; ps[i].streak.next(c, a.outcome) != old {
+				ps[i].reason = a.reason
+			}
+			switch ps[i].streak.state {
+			case health.Healthy:
+				t.ok++
+				t.got++
+			case health.Unhealthy:
+				t.got++
+				if t.failure == "" {
+					t.failure = ps[i].reason
+				}
+			}
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// keepProbers carries the probers' states over a reload that changed the probe (H-4): their
+// states stay and their consecutive-result counters restart, as the target's do, when the
+// probers are the same regions in the same order; otherwise they start again. p.mu is held.
+func (p *probe) keepProbers(old, c *Check) {
+	same := old.ProbersPerRegion == c.ProbersPerRegion && slices.EqualFunc(old.Regions, c.Regions, func(a, b Region) bool { return a.Name == b.Name })
+	if !same {
+		p.probers = nil
+		return
+	}
+	for i := range p.probers {
+		p.probers[i].streak.successes, p.probers[i].streak.failures = 0, 0
+	}
 }

@@ -147,8 +147,8 @@ func NewTLS(tb testing.TB, t *TLS, extra ...string) *Server {
 // every member answers.
 func NewCluster(tb testing.TB, n int) []*Server {
 	tb.Helper()
-	var ms []*Server
-	var initial []string
+	ms := make([]*Server, 0, n)
+	initial := make([]string, 0, n)
 	for i := range n {
 		s, err := newServer(tb.TempDir(), fmt.Sprintf("m%d", i), nil)
 		if err != nil {

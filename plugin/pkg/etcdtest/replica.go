@@ -72,7 +72,7 @@ func StartReplica(name, addr, corefile string, args, env []string, logs io.Write
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(exe, args...) //nolint:gosec // this program, started again
+	cmd := exec.Command(exe, args...)
 	cmd.Env = append(os.Environ(), ReplicaEnv+"="+path, "REPLICA="+name, "ADDR="+addr, "DNSPORT="+port, "METRICSPORT="+mport)
 	cmd.Env = append(cmd.Env, env...)
 	cmd.Stderr = logs
@@ -199,7 +199,7 @@ func (c corefile) ServerType() string { return "dns" }
 // plugins the program imports, in coresteer's chain order, prints "ready", and stops, running
 // every shutdown callback, when its standard input says "stop" or ends.
 func ServeReplica() int {
-	b, err := os.ReadFile(os.Getenv(ReplicaEnv))
+	b, err := os.ReadFile(os.Getenv(ReplicaEnv)) //nolint:gosec // the Corefile the parent wrote for this process
 	if err != nil {
 		fmt.Println("error", err)
 		return 1
