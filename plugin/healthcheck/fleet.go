@@ -395,15 +395,15 @@ func (f *fleet) forget(pair pairKey) {
 	f.poke()
 }
 
-// shared returns the fleet's tallies of pair, with this replica's own current ones (F-3), when
-// the fleet decides a check of interval iv now; ok is false when it does not.
+// shared returns the fleet's tallies of pair as the mirror holds them (F-3: what etcd holds and
+// nothing else), when the fleet decides a check of interval iv now; ok is false when it does not.
 func (f *fleet) shared(pair pairKey, iv time.Duration) (ts []tally, ok bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	if _, shared := f.mode(iv); !shared {
 		return nil, false
 	}
-	return f.mirror.tallies(pair, f.cfg.Replica, f.want[pair]), true
+	return f.mirror.tallies(pair), true
 }
 
 // subscribe has r replan its probes and decide them again when the fleet changes.

@@ -124,7 +124,7 @@ func TestFleetWatchOnHungMemberF4(t *testing.T) {
 			return err == nil
 		})
 	}
-	write(cli, `{"healthy":1,"decided":1}`)
+	write(cli, `{"nonce":"w","healthy":1,"decided":1}`)
 	timeout := time.Second
 	cfg := testFleetConfig(eps[0], prefix, "r", 1)
 	cfg.Endpoints, cfg.Timeout = eps, timeout
@@ -145,7 +145,7 @@ func TestFleetWatchOnHungMemberF4(t *testing.T) {
 		m.Pause()
 		others := etcdtest.Client(t, nil, append(append([]string{}, eps[:i]...), eps[i+1:]...)...)
 		healthy = 1 - healthy
-		write(others, fmt.Sprintf(`{"healthy":%d,"decided":1}`, healthy))
+		write(others, fmt.Sprintf(`{"nonce":"w","healthy":%d,"decided":1}`, healthy))
 		written := time.Now()
 		var stale time.Duration // how long after the write r decided from a view without it
 		for time.Since(written) < 10*time.Second && !mirrored(healthy) {

@@ -274,7 +274,7 @@ func TestFleetWatchCompactedRelists(t *testing.T) {
 		return r.Header.GetRevision()
 	}
 	put(memberKey(prefix, "other"), `{"nonce":"x","checks":{"web":["us-east1"]}}`)
-	rev := put(prefix+resultsDir+"web/10.0.0.1:80/us-east1/other", `{"ok":1,"got":1}`)
+	rev := put(prefix+resultsDir+"web/10.0.0.1:80/us-east1/other", `{"nonce":"x","healthy":1,"decided":1}`)
 	if _, err := cli.Compact(ctx, rev); err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +298,7 @@ func TestFleetWatchCompactedRelists(t *testing.T) {
 	}
 	waitFor(t, "the mirror listed again", has("other", pairKey{check: "web", target: "10.0.0.1:80"}))
 	put(memberKey(prefix, "third"), `{"nonce":"y","checks":{"web":["us-east1"]}}`)
-	put(prefix+resultsDir+"web/10.0.0.2:80/us-east1/third", `{"ok":0,"got":1,"failure":"timeout"}`)
+	put(prefix+resultsDir+"web/10.0.0.2:80/us-east1/third", `{"nonce":"y","healthy":0,"decided":1,"failure":"timeout"}`)
 	waitFor(t, "the watch restarted after the list", has("third", pairKey{check: "web", target: "10.0.0.2:80"}))
 	stop()
 	if err := <-errc; err == nil {

@@ -433,3 +433,38 @@ func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// F-3: the verdict is a function of what etcd holds and nothing else. Two replicas whose mirrors
+// hold the same keys get the same tallies, even when one of them (a, the prober) has a new state
+// of its own that it has not written yet: a counts its own result as etcd holds it, like b.
+func TestFleetSharedReadsEtcdOnlyF3(t *testing.T) {
+	now := time.Unix(1000, 0)
+	iv := time.Second
+	pair := pairKey{check: "web", target: "10.0.0.1:80"}
+	keys := map[string]string{
+		"/p/members/a":                          `{"nonce":"` + processNonce + `","checks":{"web":["us-east1"]}}`,
+		"/p/members/b":                          `{"nonce":"` + processNonce + `","checks":{"web":["us-east1"]}}`,
+		"/p/results/web/10.0.0.1:80/us-east1/a": encodeResult(tally{region: "us-east1", ok: 1, got: 1}),
+	}
+	replica := func(name string) *fleet {
+		f := &fleet{cfg: &fleetConfig{Replica: name, Timeout: time.Second}, now: func() time.Time { return now }, mirror: newMirror()}
+		f.joined, f.since, f.heard = true, now.Add(-iv), now
+		for k, v := range keys {
+			if _, err := f.mirror.apply("/p", k, []byte(v)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return f
+	}
+	a, b := replica("a"), replica("b")
+	// a's prober just turned unhealthy; the write is due, etcd does not have it yet.
+	a.want = map[pairKey]map[string]tally{pair: {"us-east1": {region: "us-east1", ok: 0, got: 1, failure: "timeout"}}}
+	ta, oka := a.shared(pair, iv)
+	tb, okb := b.shared(pair, iv)
+	if !oka || !okb {
+		t.Fatalf("the fleet does not decide: a %v, b %v", oka, okb)
+	}
+	if va, vb := aggregate(ta), aggregate(tb); va != vb || va.outcome != success {
+		t.Fatalf("same keys in etcd, different verdicts: a %+v, b %+v (want both healthy, as etcd says)", va, vb)
+	}
+}

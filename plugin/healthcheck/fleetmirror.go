@@ -11,9 +11,11 @@ import (
 // The layout of a fleet's keys under its prefix:
 //
 //	PREFIX/members/REPLICA                         {"nonce":..., "checks":{"web":["us-east1"]}}
-//	PREFIX/results/CHECK/TARGET/REGION/REPLICA     {"healthy":1,"decided":2,"failure":"status 503"}
+//	PREFIX/results/CHECK/TARGET/REGION/REPLICA     {"nonce":...,"healthy":1,"decided":2,"failure":"status 503"}
 //
-// Both live under the replica's lease (F-1, F-3). TARGET is ADDRESS:PORT ([v6]:PORT); check,
+// Both live under the replica's lease (F-1, F-3), and both carry the nonce of the process that
+// wrote them: a result counts only while its nonce is the one its replica's member key has, so a
+// restarted replica of the same name never counts its predecessor's results as its own. TARGET is ADDRESS:PORT ([v6]:PORT); check,
 // region and replica names have no '/' (parse refuses a region with one in a fleet).
 const (
 	membersDir = "/members/"
@@ -48,19 +50,21 @@ type memberValue struct {
 // A state changes only as often as the thresholds let it, so etcd's write load follows state
 // changes, not rounds.
 type resultValue struct {
+	Nonce   string `json:"nonce"`
 	Healthy int    `json:"healthy"`
 	Decided int    `json:"decided"`
 	Failure string `json:"failure,omitempty"`
 }
 
 func encodeResult(t tally) string {
-	b, _ := json.Marshal(resultValue{Healthy: t.ok, Decided: t.got, Failure: t.failure})
+	b, _ := json.Marshal(resultValue{Nonce: processNonce, Healthy: t.ok, Decided: t.got, Failure: t.failure})
 	return string(b)
 }
 
-// slot is one member's tally of one region.
+// slot is one member's tally of one region, with the nonce of the process that wrote it.
 type slot struct {
 	member string
+	nonce  string
 	tally  tally
 }
 
@@ -110,14 +114,14 @@ func (m *mirror) apply(prefix, key string, value []byte) (change, error) {
 		if err := json.Unmarshal(value, &v); err != nil || v.Healthy < 0 || v.Decided < v.Healthy {
 			return change{}, fmt.Errorf("result %q: bad value %q", key, value)
 		}
-		m.putResult(k, slot{member: parts[3], tally: tally{region: parts[2], ok: v.Healthy, got: v.Decided, failure: v.Failure}})
+		m.putResult(k, slot{member: parts[3], nonce: v.Nonce, tally: tally{region: parts[2], ok: v.Healthy, got: v.Decided, failure: v.Failure}})
 		return c, nil
 	}
 	return change{}, fmt.Errorf("key %q: neither a member nor a result", key)
 }
 
 // applyMember records a member's registration, or its leaving when value is nil, and reports
-// whether the members or their regions changed.
+// whether the members, their regions or their processes (nonces) changed.
 func (m *mirror) applyMember(name string, value []byte) bool {
 	old, had := m.members[name]
 	if value == nil {
@@ -130,7 +134,7 @@ func (m *mirror) applyMember(name string, value []byte) bool {
 		if err := json.Unmarshal(value, &v); err != nil {
 			v = memberValue{} // a member we cannot read probes nothing
 		}
-		if had && sameChecks(old.Checks, v.Checks) {
+		if had && old.Nonce == v.Nonce && sameChecks(old.Checks, v.Checks) {
 			m.members[name] = v
 			return false
 		}
@@ -198,33 +202,26 @@ func cmpSlot(a, b slot) int {
 	return strings.Compare(a.member, b.member)
 }
 
-// registers reports whether member currently registers region as a prober region of check.
-func (m *mirror) registers(member, check, region string) bool {
-	return slices.Contains(m.members[member].Checks[check], region)
+// counts reports whether s counts in the tallies of check: its member currently registers the
+// check from the slot's region, and the slot was written by that member's current process.
+func (m *mirror) counts(s slot, check string) bool {
+	v, ok := m.members[s.member]
+	return ok && v.Nonce == s.nonce && slices.Contains(v.Checks[check], s.tally.region)
 }
 
-// tallies adds up, region by region, the prober states every member published about pair, with
-// this replica's own (me, what it publishes now) in place of its published ones: HC-2 then
-// counts every prober of the fleet in each region (F-3). Only a member that currently registers
-// the check from that region counts there, so a region a reload removed, or a replica that left,
-// stops counting at once. The order, by region and then member, is the same on every replica, so
-// the same keys in etcd give the same verdict and the same reason.
-func (m *mirror) tallies(pair pairKey, me string, mine map[string]tally) []tally {
-	ss := m.results[pair]
-	all := make([]slot, 0, len(ss)+len(mine))
-	for _, s := range ss {
-		if s.member != me && m.registers(s.member, pair.check, s.tally.region) {
-			all = append(all, s)
-		}
-	}
-	for region, t := range mine {
-		if m.registers(me, pair.check, region) {
-			all = append(all, slot{member: me, tally: t})
-		}
-	}
-	slices.SortFunc(all, cmpSlot)
+// tallies adds up, region by region, the prober states every member published about pair: HC-2
+// then counts every prober of the fleet in each region (F-3). It reads the mirror and nothing
+// else, this replica's own results included (as etcd holds them, not as they are about to be),
+// so replicas whose mirrors hold the same keys compute the same tallies. Only a member that
+// currently registers the check from that region counts there, so a region a reload removed, or
+// a replica that left, stops counting at once. The order, by region and then member, is the same
+// on every replica, so the same keys give the same verdict and the same reason.
+func (m *mirror) tallies(pair pairKey) []tally {
 	var out []tally
-	for _, s := range all {
+	for _, s := range m.results[pair] { // sorted by region, then member
+		if !m.counts(s, pair.check) {
+			continue
+		}
 		if n := len(out); n > 0 && out[n-1].region == s.tally.region {
 			t := &out[n-1]
 			t.ok += s.tally.ok

@@ -527,9 +527,13 @@ func (f *fleet) apply(evs []*clientv3.Event) {
 			continue
 		}
 		members = members || c.members
-		if !c.member && c.replica != f.cfg.Replica {
+		if c.member {
+			continue
+		}
+		// This replica's own results too: its verdict reads them from etcd, as the others do.
+		pairs = append(pairs, c.pair)
+		if c.replica != f.cfg.Replica {
 			f.cReceived.Inc()
-			pairs = append(pairs, c.pair)
 		}
 	}
 	if members {

@@ -64,9 +64,10 @@ func TestRendezvousF2(t *testing.T) {
 }
 
 // F-3, HC-2 over the fleet: the prober states of one region published by several replicas add
-// up, the replica's own current ones replace what it published, only members that register the
-// check from that region count there, and the order (and so the reason) is the same whichever
-// replica computes it.
+// up; only members that register the check from that region count there, and only the results
+// their current process wrote (the nonce); the tallies are a function of the mirror alone (what
+// etcd holds), so the order, the verdict and the reason are the same whichever replica computes
+// them.
 func TestMirrorTalliesF3(t *testing.T) {
 	m := newMirror()
 	apply := func(key, val string) {
@@ -86,6 +87,9 @@ func TestMirrorTalliesF3(t *testing.T) {
 	}
 	put := func(member, region, val string) {
 		t.Helper()
+		if val != "" {
+			val = `{"nonce":"` + member + `",` + val[1:]
+		}
 		apply("/p/results/web/10.0.0.1:80/"+region+"/"+member, val)
 	}
 	for _, l := range []struct{ name, region string }{{"a", "us-east1"}, {"b", "us-east1"}, {"c", "us-east1"}, {"d", "europe-west1"}, {"e", "asia-east1"}} {
@@ -97,37 +101,39 @@ func TestMirrorTalliesF3(t *testing.T) {
 	put("d", "europe-west1", `{"healthy":0,"decided":3,"failure":"status 503"}`)
 	put("e", "asia-east1", `{"healthy":2,"decided":3}`)
 	pair := pairKey{check: "web", target: "10.0.0.1:80"}
-	// From replica e, whose probers now say asia-east1 is down.
-	ts := m.tallies(pair, "e", map[string]tally{"asia-east1": {region: "asia-east1", ok: 0, got: 3, failure: "refused"}})
-	v := aggregate(ts)
-	if v.outcome != failure || v.healthyRegions != 1 || v.regions != 3 {
-		t.Fatalf("verdict %+v from %+v", v, ts)
+	v := aggregate(m.tallies(pair))
+	if v.outcome != success || v.healthyRegions != 2 || v.regions != 3 {
+		t.Fatalf("verdict %+v from %+v", v, m.tallies(pair))
 	}
-	if v.reason != "1/3 regions healthy (asia-east1: refused)" {
-		t.Errorf("reason %q", v.reason)
+	if want := (tally{region: "us-east1", ok: 2, got: 3, failure: "timeout"}); m.tallies(pair)[2] != want {
+		t.Errorf("us-east1 %+v, want %+v", m.tallies(pair)[2], want)
 	}
-	// From replica a: its own published us-east1 result is replaced by its current one.
-	ts = m.tallies(pair, "a", map[string]tally{"us-east1": {region: "us-east1", ok: 0, got: 1, failure: "reset"}})
-	if want := (tally{region: "us-east1", ok: 1, got: 3, failure: "reset"}); ts[2] != want {
-		t.Errorf("us-east1 %+v, want %+v", ts[2], want)
+	// e's probers now say asia-east1 is down: the verdict changes when etcd (the mirror) says so.
+	put("e", "asia-east1", `{"healthy":0,"decided":3,"failure":"refused"}`)
+	v = aggregate(m.tallies(pair))
+	if v.outcome != failure || v.healthyRegions != 1 || v.reason != "1/3 regions healthy (asia-east1: refused)" {
+		t.Errorf("verdict %+v, want 1/3 regions healthy (asia-east1: refused)", v)
 	}
-	// Every replica computes the same from the same keys, whatever its name.
-	if x, y := aggregate(m.tallies(pair, "x", nil)), aggregate(m.tallies(pair, "y", nil)); x != y {
-		t.Errorf("replicas x and y disagree: %+v, %+v", x, y)
+	// A result written by another process of the same name (a predecessor, its lease not yet
+	// expired) does not count as the current member's.
+	apply("/p/results/web/10.0.0.1:80/us-east1/c", `{"nonce":"old","healthy":0,"decided":5}`)
+	if ts := m.tallies(pair); ts[2] != (tally{region: "us-east1", ok: 1, got: 2, failure: "timeout"}) {
+		t.Errorf("with c's predecessor's result: us-east1 %+v, want a's and b's only", ts[2])
 	}
+	put("c", "us-east1", `{"healthy":1,"decided":1}`)
 	// A deleted result no longer counts.
 	put("d", "europe-west1", "")
-	if v := aggregate(m.tallies(pair, "z", nil)); v.regions != 2 {
+	if v := aggregate(m.tallies(pair)); v.regions != 2 {
 		t.Errorf("after the delete: %d regions, want 2", v.regions)
 	}
 	// A member that no longer registers asia-east1 (a reload dropped it), or that left, no
 	// longer counts there, whatever its key still says.
 	member("e", "europe-west1")
-	if v := aggregate(m.tallies(pair, "z", nil)); v.regions != 1 {
+	if v := aggregate(m.tallies(pair)); v.regions != 1 {
 		t.Errorf("after e dropped asia-east1: %d regions, want 1", v.regions)
 	}
 	apply("/p/members/b", "")
-	if ts := m.tallies(pair, "z", nil); len(ts) != 1 || ts[0] != (tally{region: "us-east1", ok: 2, got: 2}) {
+	if ts := m.tallies(pair); len(ts) != 1 || ts[0] != (tally{region: "us-east1", ok: 2, got: 2}) {
 		t.Errorf("after b left: %+v, want us-east1 2/2", ts)
 	}
 	for _, bad := range []struct{ key, val string }{
