@@ -224,3 +224,40 @@ func TestFleetFallbackMetricF4(t *testing.T) {
 		t.Error("never saw the replica joined and deciding alone with fleet_fallback 1")
 	}
 }
+
+// F-4: a replica that falls back starts its own thresholds again (a new streak from its first
+// round), rather than going on from the streak it had before the fleet decided. Three replicas,
+// one per region, thresholds 5. The target answers everywhere at first: d (asia-east1) decides
+// it healthy alone while it warms up. Then it answers from us-east1 only: the fleet says
+// unhealthy (1/3), and d serves that. etcd stops: d, alone, fails the target from asia-east1; its
+// old streak (healthy, one failure) would serve it again, a new one keeps it unhealthy.
+func TestFleetFallbackRestartsStreakF4(t *testing.T) {
+	leakCheck(t)
+	etcd := etcdtest.New(t)
+	const prefix = "/test/fallbackstreak"
+	tg := netip.MustParseAddrPort("127.0.86.8:80")
+	script := newRegionScript()
+	script.set(tg, "us-east1", "europe-west1", "asia-east1")
+	iv, timeout := time.Second, time.Second
+	rs := make([]*replica, 0, 3)
+	for _, l := range []struct{ name, region string }{{"a", "us-east1"}, {"c", "europe-west1"}, {"d", "asia-east1"}} {
+		c := fleetCheck(iv, l.region)
+		c.HealthyThreshold, c.UnhealthyThreshold = 5, 5
+		cfg := testFleetConfig(etcd.Endpoint, prefix, l.name, 1)
+		cfg.Timeout = timeout
+		rs = append(rs, startReplica(t, cfg, c, script, tg))
+	}
+	d := rs[2]
+	waitFor30(t, "d serves the fleet's healthy", func() bool { return d.status(0).Reason == "fleet: 3/3 regions healthy" })
+	script.set(tg, "us-east1")
+	waitFor30(t, "d serves the fleet's unhealthy", func() bool { return strings.HasPrefix(d.status(0).Reason, "fleet: 1/3 regions healthy") })
+	etcd.Stop()
+	waitUntil(t, staleWithin(timeout)+iv, "d decides alone", func() bool {
+		return !strings.HasPrefix(d.status(0).Reason, "fleet:")
+	})
+	for end := time.Now().Add(2 * iv); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if st := d.status(0); st.State != health.Unhealthy {
+			t.Fatalf("d alone, its own probes failing: %v (%s), want unhealthy", st.State, st.Reason)
+		}
+	}
+}
