@@ -414,9 +414,10 @@ func TestFleetStopUnansweringEtcdF4(t *testing.T) {
 	}
 }
 
-// credentials USER PASSWORD against an etcd with authentication on, the user allowed to read and
-// write the fleet's prefix only (as the README asks): the replica joins, publishes, and leaves.
-func TestFleetCredentials(t *testing.T) {
+// F-1, F-3: credentials USER PASSWORD against an etcd with authentication on, the user allowed
+// to read and write the fleet's prefix only (as the README asks): the replica joins, publishes,
+// and leaves.
+func TestFleetCredentialsF1(t *testing.T) {
 	leakCheck(t)
 	etcd := etcdtest.New(t)
 	cli := etcd.Client(t)
