@@ -38,12 +38,7 @@ func TestFleetWritesRefusedF4(t *testing.T) {
 	script := newRegionScript()
 	script.set(tg, "us-east1", "europe-west1", "asia-east1")
 	iv, timeout := time.Second, time.Second
-	rs := make([]*replica, 0, 3)
-	for _, l := range []struct{ name, region string }{{"a", "us-east1"}, {"c", "europe-west1"}, {"d", "asia-east1"}} {
-		cfg := testFleetConfig(etcd.Endpoint, prefix, l.name, 1)
-		cfg.Timeout = timeout
-		rs = append(rs, startReplica(t, cfg, fleetCheck(iv, l.region), script, tg))
-	}
+	rs := threeRegions(t, etcd.Endpoint, prefix, iv, timeout, 1, script, tg)
 	a, d := rs[0], rs[2]
 	waitFor30(t, "the fleet decides", func() bool {
 		for _, rp := range rs {
@@ -66,6 +61,21 @@ func TestFleetWritesRefusedF4(t *testing.T) {
 	if v := gaugeValue(t, "coredns_healthcheck_fleet_fallback", "d"); v != 1 {
 		t.Errorf("d's fallback gauge %v, want 1", v)
 	}
+}
+
+// threeRegions starts replicas a (us-east1), c (europe-west1) and d (asia-east1), one per prober
+// region, with replicas_per_region 1, the fleet timeout and the check's interval and thresholds.
+func threeRegions(t *testing.T, endpoint, prefix string, iv, timeout time.Duration, threshold int, script *regionScript, tg netip.AddrPort) []*replica {
+	t.Helper()
+	rs := make([]*replica, 0, 3)
+	for _, l := range []struct{ name, region string }{{"a", "us-east1"}, {"c", "europe-west1"}, {"d", "asia-east1"}} {
+		c := fleetCheck(iv, l.region)
+		c.HealthyThreshold, c.UnhealthyThreshold = threshold, threshold
+		cfg := testFleetConfig(endpoint, prefix, l.name, 1)
+		cfg.Timeout = timeout
+		rs = append(rs, startReplica(t, cfg, c, script, tg))
+	}
+	return rs
 }
 
 // fill writes to etcd until its space quota is exceeded (the NOSPACE alarm).
@@ -179,14 +189,7 @@ func TestFleetFallbackDropsSharedVerdictF4(t *testing.T) {
 	script := newRegionScript()
 	script.set(tg, "us-east1", "europe-west1")
 	iv, timeout := time.Second, time.Second
-	rs := make([]*replica, 0, 3)
-	for _, l := range []struct{ name, region string }{{"a", "us-east1"}, {"c", "europe-west1"}, {"d", "asia-east1"}} {
-		c := fleetCheck(iv, l.region)
-		c.HealthyThreshold, c.UnhealthyThreshold = 5, 5
-		cfg := testFleetConfig(etcd.Endpoint, prefix, l.name, 1)
-		cfg.Timeout = timeout
-		rs = append(rs, startReplica(t, cfg, c, script, tg))
-	}
+	rs := threeRegions(t, etcd.Endpoint, prefix, iv, timeout, 5, script, tg)
 	a, d := rs[0], rs[2]
 	waitFor30(t, "a and d serve the fleet's Healthy", func() bool {
 		return a.status(0).Reason == "fleet: 2/3 regions healthy" && d.status(0).Reason == "fleet: 2/3 regions healthy"
@@ -239,14 +242,7 @@ func TestFleetFallbackRestartsStreakF4(t *testing.T) {
 	script := newRegionScript()
 	script.set(tg, "us-east1", "europe-west1", "asia-east1")
 	iv, timeout := time.Second, time.Second
-	rs := make([]*replica, 0, 3)
-	for _, l := range []struct{ name, region string }{{"a", "us-east1"}, {"c", "europe-west1"}, {"d", "asia-east1"}} {
-		c := fleetCheck(iv, l.region)
-		c.HealthyThreshold, c.UnhealthyThreshold = 5, 5
-		cfg := testFleetConfig(etcd.Endpoint, prefix, l.name, 1)
-		cfg.Timeout = timeout
-		rs = append(rs, startReplica(t, cfg, c, script, tg))
-	}
+	rs := threeRegions(t, etcd.Endpoint, prefix, iv, timeout, 5, script, tg)
 	d := rs[2]
 	waitFor30(t, "d serves the fleet's healthy", func() bool { return d.status(0).Reason == "fleet: 3/3 regions healthy" })
 	script.set(tg, "us-east1")
