@@ -14,6 +14,7 @@ func FuzzParse(f *testing.F) {
 		"healthcheck {\ncheck web {\n{\n}\n}",
 		"healthcheck {\ncheck",
 		"healthcheck {\ncoordinates x 1 2\nlog\nready_wait off\n}",
+		"healthcheck {\ncheck web\nfleet etcd http://127.0.0.1:2379 {\nprefix /a\nreplica r1\nreplicas_per_region 1\ntimeout 1s\ncredentials u p\n}\n}",
 	} {
 		f.Add(s)
 	}

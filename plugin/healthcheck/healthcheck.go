@@ -1,8 +1,10 @@
 // Package healthcheck implements the healthcheck plugin: named TCP, HTTP and HTTPS checks run
 // from several prober regions, and load-balancer groups whose virtual IP derives its health
 // from its backends. Verdicts are written to the process-wide health board (plugin/pkg/health),
-// which routingpolicy, pschealth and outbound read. The plugin answers no query. The design and
-// the rules its tests name (HC-1 to HC-7, H-1 to H-6) are in docs/DESIGN.md of the repository.
+// which routingpolicy, pschealth and outbound read. The plugin answers no query. With a fleet
+// block, replicas share the probing and the verdicts through etcd (fleet*.go, shard.go). The
+// design and the rules its tests name (HC-1 to HC-7, H-1 to H-6, F-1 to F-4) are in
+// docs/DESIGN.md of the repository.
 package healthcheck
 
 import (

@@ -30,6 +30,9 @@ type running struct {
 	quit, done  chan struct{}
 	unsubscribe func()
 
+	fleet     *fleet // the process's membership, while the block has a fleet
+	fleetView *fleetView
+
 	ready atomic.Bool
 }
 
@@ -109,8 +112,16 @@ func (h *HealthCheck) OnStartup() error {
 	h.reg.start()
 	run := &running{backends: make(map[health.Key]bool), bound: make(map[*health.Target]int)}
 	h.cur.Store(run)
+	var fr *fleetRun
+	if fc := h.cfg.fleet; fc != nil {
+		// F-4: joining never waits for etcd; until it is joined the block's checks are decided here.
+		run.fleetView = newFleetView(h.cfg.checks)
+		run.fleet = joinFleet(fc, run.fleetView)
+		fr = &fleetRun{f: run.fleet, perRegion: fc.ReplicasPerRegion}
+	}
 	for _, ch := range h.cfg.checks {
 		cr := newCheckRun(ch)
+		cr.fleet = fr
 		checkSeries.Hold(ch.Name)
 		for _, reg := range ch.Regions {
 			regionSeries.Hold(ch.Name, reg.Name)
@@ -245,6 +256,9 @@ func (h *HealthCheck) OnShutdown() error {
 			regionSeries.Release(ch.Name, reg.Name)
 		}
 	}
+	if run.fleet != nil {
+		run.fleet.leave(run.fleetView)
+	}
 	h.reg.stop()
 	return nil
 }
@@ -263,6 +277,7 @@ func (h *HealthCheck) rederive() {
 // group is the healthcheck blocks of one Corefile instance.
 type group struct {
 	mu      sync.Mutex
+	fleet   bool
 	vips    map[netip.Addr]bool
 	members []*HealthCheck
 }
@@ -289,6 +304,17 @@ func (g *group) add(h *HealthCheck) {
 	g.mu.Lock()
 	g.members = append(g.members, h)
 	g.mu.Unlock()
+}
+
+// claimFleet reports whether no other block of this instance has a fleet.
+func (g *group) claimFleet() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.fleet {
+		return false
+	}
+	g.fleet = true
+	return true
 }
 
 // claimVIP reports whether a is not yet a VIP of another block of this instance.

@@ -45,6 +45,62 @@ var (
 	}, []string{"check", "to"})
 )
 
+// The fleet metrics (docs/DESIGN.md section 8) are labelled with the replica name; they exist
+// while a fleet block of the live configuration names that replica.
+var (
+	// fleetMembers is the number of live members of the fleet this replica sees.
+	fleetMembers = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "healthcheck",
+		Name:      "fleet_members",
+		Help:      "Live members of the health-check fleet seen by this replica.",
+	}, []string{"replica"})
+
+	// fleetTargets is the number of (check, target) pairs this replica probes from at least one
+	// region: every target in fallback, its share when the fleet decides.
+	fleetTargets = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "healthcheck",
+		Name:      "fleet_targets_probed",
+		Help:      "Health-checked targets this fleet replica probes itself.",
+	}, []string{"replica"})
+
+	// fleetPublished counts the results this replica wrote to etcd (a put or a delete each).
+	fleetPublished = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "healthcheck",
+		Name:      "fleet_results_published_total",
+		Help:      "Counter of probe results this fleet replica wrote to etcd (puts and deletes).",
+	}, []string{"replica"})
+
+	// fleetReceived counts the result changes of other replicas seen through the watch.
+	fleetReceived = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "healthcheck",
+		Name:      "fleet_results_received_total",
+		Help:      "Counter of probe results of other fleet replicas received through the etcd watch.",
+	}, []string{"replica"})
+
+	// fleetErrors counts failed etcd requests.
+	fleetErrors = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "healthcheck",
+		Name:      "fleet_etcd_errors_total",
+		Help:      "Counter of failed etcd requests of the health-check fleet.",
+	}, []string{"replica"})
+
+	// fleetFallback is 1 while the replica probes and decides alone (F-4), 0 while the fleet decides.
+	fleetFallback = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "healthcheck",
+		Name:      "fleet_fallback",
+		Help:      "1 while this fleet replica probes and decides alone (etcd unreachable or not joined yet), 0 while the fleet decides.",
+	}, []string{"replica"})
+
+	fleetSeries = lifecycle.NewSeries([]string{"replica"}, fleetMembers.MetricVec, fleetTargets.MetricVec,
+		fleetPublished.MetricVec, fleetReceived.MetricVec, fleetErrors.MetricVec, fleetFallback.MetricVec)
+)
+
 // The series of a check, of a check's prober region and of a VIP are held by the instances that
 // configure them and deleted with the last (H-6); the registry deletes the target_state series of
 // a probe when it stops.

@@ -96,6 +96,7 @@ type probeKey struct {
 type checkRun struct {
 	check       *Check
 	identity    string
+	fleet       *fleetRun // nil when the check's block has no fleet: the replica decides alone
 	probers     []*prober
 	results     [][3]prometheus.Counter // by slot and outcome
 	duration    []prometheus.Observer
@@ -138,9 +139,16 @@ type probe struct {
 	stop  context.CancelFunc
 
 	gauge prometheus.Gauge // target_state of this (check, target)
+	// probing is the fleet gauge of the targets this replica probes (fleet_targets_probed) when
+	// the last round probed from at least one region, nil otherwise.
+	probing prometheus.Gauge
+	ran     uint32 // the regions the last round probed from
 
 	mu      sync.Mutex
-	streak  streak
+	streak  streak        // the thresholds over this replica's rounds, when it decides alone
+	probers []proberState // in a fleet: each prober's own state, what this replica publishes
+	shared  bool          // the fleet decided the last verdict (F-3)
+	state   health.State  // the verdict on the board, and its reason
 	reason  string
 	targets map[*health.Target]int
 	// last is the last attempt of each slot of p.run's check and lastRound the end of the last
@@ -155,11 +163,16 @@ type round struct {
 	url  string
 	res  []attempt
 	left atomic.Int64
+	// ran are the regions probed in this round (bit r: region r of the check); every region
+	// without a fleet. In a fleet, chosen are the regions this replica publishes; joined says it
+	// is a member, shared that the fleet's results decide.
+	ran, chosen    uint32
+	joined, shared bool
 }
 
 type job struct {
 	r    *round
-	slot int
+	slot int // -1: nothing to probe, only the verdict of a fleet round
 }
 
 // start is called by every instance's OnStartup; the first one starts the scheduler.
@@ -244,12 +257,31 @@ func (r *Registry) due(now time.Time, batch []job) []job {
 			continue // the previous round is still running
 		}
 		p.busy = true
-		n := p.run.check.slots()
-		rd := &round{p: p, run: p.run, url: p.url, res: make([]attempt, n)}
-		rd.left.Store(int64(n))
-		for i := range n {
-			batch = append(batch, job{r: rd, slot: i})
+		c := p.run.check
+		rd := &round{p: p, run: p.run, url: p.url, res: make([]attempt, c.slots()), ran: 1<<len(c.Regions) - 1}
+		if fr := p.run.fleet; fr != nil {
+			rd.chosen, rd.joined, rd.shared = fr.f.plan(c, p.key.target.String(), fr.perRegion)
+			if rd.shared {
+				rd.ran = rd.chosen // F-2: only the regions this replica is chosen for
+			}
+			r.probing(p, fr.f, rd.ran != 0)
 		}
+		p.ran = rd.ran
+		n := 0
+		for reg := range c.Regions {
+			if rd.ran&(1<<reg) == 0 {
+				continue
+			}
+			for i := range c.ProbersPerRegion {
+				batch = append(batch, job{r: rd, slot: reg*c.ProbersPerRegion + i})
+				n++
+			}
+		}
+		if n == 0 {
+			n = 1
+			batch = append(batch, job{r: rd, slot: -1})
+		}
+		rd.left.Store(int64(n))
 	}
 	return batch
 }
@@ -290,6 +322,10 @@ func (r *Registry) worker(j job, quit chan struct{}) {
 
 func (r *Registry) attempt(j job) {
 	rd := j.r
+	if j.slot < 0 {
+		r.finish(rd)
+		return
+	}
 	a := attempt{outcome: noResult, reason: "probe stopped"}
 	if rd.p.ctx.Err() == nil {
 		start := time.Now() // a measurement, not a threshold: wall time
@@ -330,7 +366,10 @@ func (r *Registry) logLocal(run *checkRun, slot int, err error) {
 	log.Warningf("Prober of check %s in region %s (source %s) cannot probe: %v; its probes give no result", run.check.Name, p.region, src, err)
 }
 
-// finish turns the attempts of a round into a verdict and applies the thresholds (HC-2).
+// finish turns the attempts of a round into a verdict. Alone, the thresholds apply to the
+// round's verdict (HC-2). In a fleet the round feeds the probers' states, which this replica
+// publishes for the regions it is chosen for, and while the fleet decides, the verdict is the
+// fleet's (F-3, decideShared).
 func (r *Registry) finish(rd *round) {
 	defer r.rounds.Add(1)
 	p := rd.p
@@ -341,36 +380,65 @@ func (r *Registry) finish(rd *round) {
 	if stale {
 		return
 	}
+	p.mu.Lock()
+	p.remember(rd.res, r.clock.Now())
+	p.mu.Unlock()
 	c := rd.run.check
-	v := aggregate(c, rd.res)
+	v := aggregate(tallies(c, rd.res, rd.ran))
 	if c.Log && v.outcome == failure {
 		// Health-check logging (HC-7 with log): every failed round, with why.
 		log.Infof("Check %s target %s: probe round failed: %s", c.Name, p.key.target, v.reason)
 	}
+	if fr := rd.run.fleet; fr != nil {
+		p.mu.Lock()
+		states := p.proberRound(c, rd.res, rd.ran)
+		p.mu.Unlock()
+		if rd.joined {
+			fr.f.publish(c, p.key.target.String(), states, rd.chosen)
+		}
+		if rd.shared {
+			r.decideShared(p, rd.run)
+			return
+		}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.remember(rd.res, r.clock.Now())
-	old := p.streak.state
-	now := p.streak.next(c, v.outcome)
-	if now == old {
+	// F-4: a replica that decides alone again after the fleet did starts as from Unknown: its
+	// first verdict decides, rather than the fleet's lasting for a threshold's worth of rounds.
+	fromShared := p.shared
+	if fromShared {
+		p.shared = false
+		p.streak = streak{}
+	}
+	st := p.streak.next(c, v.outcome)
+	if st == health.Unknown || (st == p.state && !fromShared) {
 		return
 	}
 	reason := v.reason
-	if old != health.Unknown {
+	if !fromShared && p.state != health.Unknown {
 		n, what := p.streak.failures, "failures"
-		if now == health.Healthy {
+		if st == health.Healthy {
 			n, what = p.streak.successes, "successes"
 		}
 		reason = strconv.Itoa(n) + " consecutive " + what + ": " + reason
 	}
-	p.reason = reason
+	r.set(p, rd.run, st, reason)
+}
+
+// set writes the verdict st of p, with its reason, to every target p writes; a change of state
+// is counted and logged (HC-7: one line per state change, always). p.mu is held.
+func (r *Registry) set(p *probe, run *checkRun, st health.State, reason string) {
+	old := p.state
+	p.state, p.reason = st, reason
 	for t := range p.targets {
-		r.board.Set(t, now, reason)
+		r.board.Restate(t, st, reason)
 	}
-	p.gauge.Set(float64(now))
-	rd.run.transitions[now].Inc()
-	// HC-7: one line per state change, always.
-	log.Infof("Check %s target %s: %s -> %s (%s)", c.Name, p.key.target, old, now, reason)
+	if st == old {
+		return
+	}
+	p.gauge.Set(float64(st))
+	run.transitions[st].Inc()
+	log.Infof("Check %s target %s: %s -> %s (%s)", run.check.Name, p.key.target, old, st, reason)
 }
 
 // remember keeps the attempts of a round that ran (S-1); p.mu is held. The slice is reused, so a
@@ -395,6 +463,9 @@ func (r *Registry) acquire(run *checkRun, target netip.AddrPort) *probe {
 	defer r.mu.Unlock()
 	now := r.clock.Now()
 	p, ok := r.probes[k]
+	if run.fleet != nil {
+		run.fleet.f.subscribe(r)
+	}
 	if !ok {
 		p = &probe{key: k, run: run, url: probeURL(run.check, target), targets: make(map[*health.Target]int)}
 		p.ctx, p.stop = context.WithCancel(r.ctx)
@@ -422,7 +493,13 @@ func (r *Registry) use(p *probe, run *checkRun, now time.Time) {
 	if p.run.identity != run.identity {
 		p.mu.Lock()
 		p.streak.successes, p.streak.failures = 0, 0
+		p.keepProbers(p.run.check, run.check)
 		p.mu.Unlock()
+	}
+	if old := p.run.fleet; old != nil && (run.fleet == nil || run.fleet.f != old.f) {
+		// The fleet changed: this replica no longer publishes this target in the old one.
+		old.f.forget(pairKey{check: p.key.check, target: p.key.target.String()})
+		r.probing(p, old.f, false)
 	}
 	p.run = run
 	p.url = probeURL(run.check, p.key.target)
@@ -454,6 +531,10 @@ func (r *Registry) release(p *probe, run *checkRun) {
 	}
 	p.gone = true
 	p.stop()
+	if fr := p.run.fleet; fr != nil {
+		fr.f.forget(pairKey{check: p.key.check, target: p.key.target.String()})
+		r.probing(p, fr.f, false)
+	}
 	heap.Remove(&r.queue, p.index)
 	delete(r.probes, p.key)
 	targetState.DeleteLabelValues(p.key.check, p.key.target.String())
@@ -471,8 +552,8 @@ func (r *Registry) attach(p *probe, t *health.Target) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.targets[t]++
-	if p.streak.state != health.Unknown {
-		r.board.Set(t, p.streak.state, p.reason)
+	if p.state != health.Unknown {
+		r.board.Restate(t, p.state, p.reason)
 	}
 }
 

@@ -35,6 +35,9 @@ func setup(c *caddy.Controller) error {
 			return plugin.Error("healthcheck", fmt.Errorf("check %q defined twice (check names are unique in a Corefile)", ch.Name))
 		}
 	}
+	if cfg.fleet != nil && !g.claimFleet() {
+		return plugin.Error("healthcheck", fmt.Errorf("fleet defined in two healthcheck blocks (one fleet per Corefile: it is this process's membership)"))
+	}
 	for _, lb := range cfg.lbs {
 		if !g.claimVIP(lb.VIP) {
 			return plugin.Error("healthcheck", fmt.Errorf("loadbalancer %s defined twice", lb.VIP))
@@ -60,6 +63,7 @@ type config struct {
 	lbs       []*Loadbalancer
 	log       bool
 	readyWait bool
+	fleet     *fleetConfig // nil: the block's checks are decided by this replica alone
 }
 
 var checkName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
@@ -116,8 +120,17 @@ func parse(c *caddy.Controller) (*config, error) {
 				if _, err := coords.Parse(c); err != nil {
 					return nil, err
 				}
+			case "fleet":
+				if cfg.fleet != nil {
+					return nil, c.Errf("fleet given twice")
+				}
+				f, err := parseFleet(c)
+				if err != nil {
+					return nil, err
+				}
+				cfg.fleet = f
 			default:
-				return nil, c.Errf("unknown property %q (want check, loadbalancer, log, ready_wait or coordinates)", c.Val())
+				return nil, c.Errf("unknown property %q (want check, loadbalancer, fleet, log, ready_wait or coordinates)", c.Val())
 			}
 		}
 	}
@@ -132,6 +145,10 @@ func parse(c *caddy.Controller) (*config, error) {
 		for _, r := range ch.Regions {
 			if _, err := table.Resolve(r.Name); err != nil {
 				return nil, c.Errf("check %s: prober: %v", ch.Name, err)
+			}
+			// A fleet's keys are PREFIX/results/CHECK/TARGET/REGION/REPLICA (fleetmirror.go).
+			if cfg.fleet != nil && strings.Contains(r.Name, "/") {
+				return nil, c.Errf("check %s: prober region %q cannot be shared by a fleet: a region name in a fleet has no '/'", ch.Name, r.Name)
 			}
 		}
 	}

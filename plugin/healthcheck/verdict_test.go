@@ -67,7 +67,8 @@ func TestAggregateHC2(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			v := aggregate(grid(tc.regions, tc.probers), res(tc.round))
+			c := grid(tc.regions, tc.probers)
+			v := aggregate(tallies(c, res(tc.round), 1<<len(c.Regions)-1))
 			if v.outcome != tc.want || v.healthyRegions != tc.healthy || v.regions != tc.counted {
 				t.Errorf("got %v %d/%d (%s), want %v %d/%d", v.outcome, v.healthyRegions, v.regions, v.reason, tc.want, tc.healthy, tc.counted)
 			}

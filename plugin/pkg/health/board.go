@@ -190,10 +190,20 @@ func (b *Board) Unpublish(t *Target) { t.publishers.Add(-1) }
 
 // Set records state s for t with reason. It returns true and notifies subscribers when the state
 // changed; setting the same state again keeps the time and reason of the last change.
-func (b *Board) Set(t *Target, s State, reason string) bool {
+func (b *Board) Set(t *Target, s State, reason string) bool { return b.set(t, s, reason, false) }
+
+// Restate is Set, except that setting the same state again replaces its reason (keeping the time
+// of the last change, and telling no subscriber): for a verdict whose reason says what it is now
+// made of, as a fleet's shared verdict does.
+func (b *Board) Restate(t *Target, s State, reason string) bool { return b.set(t, s, reason, true) }
+
+func (b *Board) set(t *Target, s State, reason string, restate bool) bool {
 	t.writeMu.Lock()
 	old := t.status.Load()
 	if old.State == s {
+		if restate && old.Reason != reason {
+			t.status.Store(&Status{State: s, Since: old.Since, Reason: reason})
+		}
 		t.writeMu.Unlock()
 		return false
 	}

@@ -72,6 +72,29 @@ func TestStatesWithTimeAndReason(t *testing.T) {
 	}
 }
 
+// H-1: Restate is Set, except that the same state again replaces the reason (the time of the
+// last change stays, and no subscriber hears of it): a fleet's verdict says what it is made of now.
+func TestRestateReplacesReason(t *testing.T) {
+	b, clock := newTestBoard()
+	tg := b.Acquire(Key{Check: "web", Addr: addr1})
+	var changes []Change
+	defer b.Subscribe(func(c Change) { changes = append(changes, c) })()
+	if !b.Restate(tg, Healthy, "fleet: 2/3 regions healthy") {
+		t.Fatal("Restate to healthy reported no change")
+	}
+	since := tg.Status().Since
+	clock.advance(time.Minute)
+	if b.Restate(tg, Healthy, "1/1 regions healthy") {
+		t.Fatal("Restate to the same state reported a change")
+	}
+	if st := tg.Status(); st.State != Healthy || st.Reason != "1/1 regions healthy" || !st.Since.Equal(since) {
+		t.Fatalf("status = %+v, want the new reason and the time of the last change", st)
+	}
+	if len(changes) != 1 {
+		t.Fatalf("%d changes told, want 1 (the reason alone is no change)", len(changes))
+	}
+}
+
 // H-2: Unknown is served as healthy; Decided tells readiness whether a verdict came.
 func TestUnknownIsServed(t *testing.T) {
 	b, _ := newTestBoard()

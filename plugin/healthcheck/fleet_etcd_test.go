@@ -1,0 +1,259 @@
+package healthcheck
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coresteer/coresteer/plugin/pkg/etcdtest"
+	"github.com/coresteer/coresteer/plugin/pkg/health"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// The ways etcd fails while it still seems up (F-4): it refuses writes, or one member of a
+// cluster hangs with its connections open.
+
+// staleWithin is how soon a replica must stop deciding from a view that went stale: the renewal
+// period and the timeout, the next beat that notices, and a second of slack for a loaded machine.
+func staleWithin(timeout time.Duration) time.Duration {
+	return 2*fleetBeat + timeout + time.Second
+}
+
+// F-4: etcd that answers but refuses writes (its space quota exceeded: the NOSPACE alarm, a
+// classic etcd failure) keeps renewing leases and serving the watch, but nothing new is
+// published: the fleet's view freezes. Three replicas, one per region; after the alarm the
+// target fails from us-east1 and europe-west1 (really 1/3 regions healthy). a and c cannot
+// publish what they see: their failed writes make them decide alone. d has nothing to write, but
+// etcd's alarm says the others' results are frozen: it decides alone too, rather than from
+// their frozen healthy states.
+func TestFleetWritesRefusedF4(t *testing.T) {
+	leakCheck(t)
+	etcd := etcdtest.New(t, "--quota-backend-bytes", "2000000")
+	const prefix = "/test/nospace"
+	tg := netip.MustParseAddrPort("127.0.86.20:80")
+	script := newRegionScript()
+	script.set(tg, "us-east1", "europe-west1", "asia-east1")
+	iv, timeout := time.Second, time.Second
+	rs := threeRegions(t, etcd.Endpoint, prefix, iv, timeout, 1, script, tg)
+	a, d := rs[0], rs[2]
+	waitFor30(t, "the fleet decides", func() bool {
+		for _, rp := range rs {
+			if _, s := joinedMode(rp.f); !s || rp.status(0).Reason != "fleet: 3/3 regions healthy" {
+				return false
+			}
+		}
+		return true
+	})
+	fill(t, etcd.Client(t))
+	script.set(tg, "asia-east1") // from now on: healthy from 1 of 3 regions
+	waitUntil(t, staleWithin(timeout)+iv, "a decides alone that the target is down", func() bool {
+		st := a.status(0)
+		return st.State == health.Unhealthy && !strings.HasPrefix(st.Reason, "fleet:")
+	})
+	waitUntil(t, staleWithin(timeout)+iv, "d stops deciding from the frozen results", func() bool {
+		_, s := joinedMode(d.f)
+		return !s && !strings.HasPrefix(d.status(0).Reason, "fleet:")
+	})
+	if v := gaugeValue(t, "coredns_healthcheck_fleet_fallback", "d"); v != 1 {
+		t.Errorf("d's fallback gauge %v, want 1", v)
+	}
+}
+
+// threeRegions starts replicas a (us-east1), c (europe-west1) and d (asia-east1), one per prober
+// region, with replicas_per_region 1, the fleet timeout and the check's interval and thresholds.
+func threeRegions(t *testing.T, endpoint, prefix string, iv, timeout time.Duration, threshold int, script *regionScript, tg netip.AddrPort) []*replica {
+	t.Helper()
+	rs := make([]*replica, 0, 3)
+	for _, l := range []struct{ name, region string }{{"a", "us-east1"}, {"c", "europe-west1"}, {"d", "asia-east1"}} {
+		c := fleetCheck(iv, l.region)
+		c.HealthyThreshold, c.UnhealthyThreshold = threshold, threshold
+		cfg := testFleetConfig(endpoint, prefix, l.name, 1)
+		cfg.Timeout = timeout
+		rs = append(rs, startReplica(t, cfg, c, script, tg))
+	}
+	return rs
+}
+
+// fill writes to etcd until its space quota is exceeded (the NOSPACE alarm).
+func fill(t *testing.T, cli *clientv3.Client) {
+	t.Helper()
+	big := strings.Repeat("x", 100000)
+	for i := range 1000 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := cli.Put(ctx, fmt.Sprintf("/filler/%d", i), big)
+		cancel()
+		if err != nil {
+			t.Logf("etcd refuses writes: %v", err)
+			return
+		}
+	}
+	t.Fatal("the quota was never reached")
+}
+
+// F-4, split brain: an etcd cluster of three members, one of which stops answering (paused: a
+// hung host, its connections open). Lease renewals still succeed through the other two; a watch
+// on the paused member neither delivers nor fails. The replica must not go on deciding from a
+// view the watch no longer updates: within the renewal period plus the timeout it decides alone
+// (only the watch's answers say the view is current), and it comes back to a current view (its
+// watch restarted on another member) by itself. Each member is paused in turn, so the watch's
+// own member is among them.
+func TestFleetWatchOnHungMemberF4(t *testing.T) {
+	leakCheck(t)
+	ms := etcdtest.NewCluster(t, 3)
+	eps := make([]string, 0, len(ms))
+	for _, m := range ms {
+		eps = append(eps, m.Endpoint)
+	}
+	const prefix = "/test/hung"
+	tg := netip.MustParseAddrPort("127.0.89.1:80")
+	script := newRegionScript()
+	script.set(tg, "europe-west1")
+	// w: a member of us-east1 whose result the test writes itself, under a long lease.
+	cli := etcdtest.Client(t, nil, eps...)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	g, err := cli.Grant(ctx, 300)
+	if err == nil {
+		_, err = cli.Put(ctx, memberKey(prefix, "w"), `{"nonce":"w","checks":{"web":["us-east1"]}}`, clientv3.WithLease(g.ID))
+	}
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	resKey := prefix + resultsDir + "web/" + tg.String() + "/us-east1/w"
+	write := func(via *clientv3.Client, v string) {
+		t.Helper()
+		// A paused leader: the others elect a new one first.
+		waitFor30(t, "the write of w's result", func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_, err := via.Put(ctx, resKey, v, clientv3.WithLease(g.ID))
+			return err == nil
+		})
+	}
+	write(cli, `{"nonce":"w","healthy":1,"decided":1}`)
+	timeout := time.Second
+	cfg := testFleetConfig(eps[0], prefix, "r", 1)
+	cfg.Endpoints, cfg.Timeout = eps, timeout
+	r := startReplica(t, cfg, fleetCheck(time.Second, "europe-west1"), script, tg)
+	mirrored := func(v int) bool {
+		r.f.mu.RLock()
+		defer r.f.mu.RUnlock()
+		for _, s := range r.f.mirror.results[pairKey{check: "web", target: tg.String()}] {
+			if s.member == "w" && s.tally.ok == v {
+				return true
+			}
+		}
+		return false
+	}
+	waitFor30(t, "r shares w's result", func() bool { _, s := joinedMode(r.f); return s && mirrored(1) })
+	healthy := 1
+	for i, m := range ms {
+		m.Pause()
+		others := etcdtest.Client(t, nil, append(append([]string{}, eps[:i]...), eps[i+1:]...)...)
+		healthy = 1 - healthy
+		write(others, fmt.Sprintf(`{"nonce":"w","healthy":%d,"decided":1}`, healthy))
+		written := time.Now()
+		var stale time.Duration // how long after the write r decided from a view without it
+		for time.Since(written) < 10*time.Second && !mirrored(healthy) {
+			if _, s := joinedMode(r.f); s {
+				stale = time.Since(written)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		seen := mirrored(healthy)
+		m.Resume()
+		if stale > staleWithin(timeout) {
+			t.Fatalf("member %s paused: %.1fs after w's result changed, r still decided from the fleet without having seen it (change seen at last: %v; timeout %s)", m.Endpoint, stale.Seconds(), seen, timeout)
+		}
+		t.Logf("member %s paused: change seen %v, decided from a stale view for %.1fs", m.Endpoint, seen, stale.Seconds())
+		waitFor30(t, "r back to sharing the current result", func() bool { _, s := joinedMode(r.f); return s && mirrored(healthy) })
+	}
+}
+
+// F-4: "never serves a shared verdict older than 3 intervals as fresh", and a replica that
+// falls back decides alone from its first round: the fleet's verdict does not stay for a
+// threshold's worth of rounds. Three replicas, one per region; the target answers from us-east1
+// and europe-west1, not from asia-east1: the fleet says healthy (2/3), d (asia-east1) alone says
+// unhealthy. Thresholds 5. etcd stops: within the renewal period, the timeout and a round, d
+// decides alone (unhealthy) and a (us-east1), whose own verdict is the fleet's, says so in its
+// reason, which no longer starts with "fleet:".
+func TestFleetFallbackDropsSharedVerdictF4(t *testing.T) {
+	leakCheck(t)
+	etcd := etcdtest.New(t)
+	const prefix = "/test/fallbackstale"
+	tg := netip.MustParseAddrPort("127.0.86.5:80")
+	script := newRegionScript()
+	script.set(tg, "us-east1", "europe-west1")
+	iv, timeout := time.Second, time.Second
+	rs := threeRegions(t, etcd.Endpoint, prefix, iv, timeout, 5, script, tg)
+	a, d := rs[0], rs[2]
+	waitFor30(t, "a and d serve the fleet's Healthy", func() bool {
+		return a.status(0).Reason == "fleet: 2/3 regions healthy" && d.status(0).Reason == "fleet: 2/3 regions healthy"
+	})
+	etcd.Stop()
+	waitUntil(t, staleWithin(timeout)+iv, "d decides alone", func() bool {
+		st := d.status(0)
+		return st.State == health.Unhealthy && st.Reason == "0/1 regions healthy (asia-east1: refused from asia-east1)"
+	})
+	waitUntil(t, staleWithin(timeout)+iv, "a's reason is its own", func() bool {
+		st := a.status(0)
+		return st.State == health.Healthy && st.Reason == "1/1 regions healthy"
+	})
+}
+
+// F-4: fleet_fallback says whether the replica decides alone, also during the interval after
+// joining, when it has joined but still probes and decides alone.
+func TestFleetFallbackMetricF4(t *testing.T) {
+	leakCheck(t)
+	etcd := etcdtest.New(t)
+	const prefix = "/test/fallbackmetric"
+	iv := 2 * time.Second
+	r := startReplica(t, testFleetConfig(etcd.Endpoint, prefix, "m", 1), fleetCheck(iv, "us-east1"), newRegionScript(), netip.MustParseAddrPort("127.0.86.6:80"))
+	joined := false
+	waitFor30(t, "the fleet decides", func() bool {
+		g := gaugeValue(t, "coredns_healthcheck_fleet_fallback", "m")
+		j, s := joinedMode(r.f)
+		if g == 0 && !s {
+			t.Fatalf("fleet_fallback 0 while the replica decides alone (joined %v)", j)
+		}
+		joined = joined || (j && !s && g == 1)
+		return g == 0
+	})
+	if !joined {
+		t.Error("never saw the replica joined and deciding alone with fleet_fallback 1")
+	}
+}
+
+// F-4: a replica that falls back starts its own thresholds again (a new streak from its first
+// round), rather than going on from the streak it had before the fleet decided. Three replicas,
+// one per region, thresholds 5. The target answers everywhere at first: d (asia-east1) decides
+// it healthy alone while it warms up. Then it answers from us-east1 only: the fleet says
+// unhealthy (1/3), and d serves that. etcd stops: d, alone, fails the target from asia-east1; its
+// old streak (healthy, one failure) would serve it again, a new one keeps it unhealthy.
+func TestFleetFallbackRestartsStreakF4(t *testing.T) {
+	leakCheck(t)
+	etcd := etcdtest.New(t)
+	const prefix = "/test/fallbackstreak"
+	tg := netip.MustParseAddrPort("127.0.86.8:80")
+	script := newRegionScript()
+	script.set(tg, "us-east1", "europe-west1", "asia-east1")
+	iv, timeout := time.Second, time.Second
+	rs := threeRegions(t, etcd.Endpoint, prefix, iv, timeout, 5, script, tg)
+	d := rs[2]
+	waitFor30(t, "d serves the fleet's healthy", func() bool { return d.status(0).Reason == "fleet: 3/3 regions healthy" })
+	script.set(tg, "us-east1")
+	waitFor30(t, "d serves the fleet's unhealthy", func() bool { return strings.HasPrefix(d.status(0).Reason, "fleet: 1/3 regions healthy") })
+	etcd.Stop()
+	waitUntil(t, staleWithin(timeout)+iv, "d decides alone", func() bool {
+		return !strings.HasPrefix(d.status(0).Reason, "fleet:")
+	})
+	for end := time.Now().Add(2 * iv); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if st := d.status(0); st.State != health.Unhealthy {
+			t.Fatalf("d alone, its own probes failing: %v (%s), want unhealthy", st.State, st.Reason)
+		}
+	}
+}

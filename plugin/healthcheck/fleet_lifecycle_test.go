@@ -1,0 +1,472 @@
+package healthcheck
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coresteer/coresteer/plugin/pkg/coretest"
+	"github.com/coresteer/coresteer/plugin/pkg/etcdtest"
+	"github.com/coresteer/coresteer/plugin/pkg/health"
+
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// fleetLB is a Corefile whose load balancer wants its backends probed by check tcp1, in a fleet.
+func fleetLB(endpoint, prefix, timeout string, backends ...netip.AddrPort) string {
+	bs := make([]string, 0, len(backends))
+	for _, b := range backends {
+		bs = append(bs, b.String())
+	}
+	return fmt.Sprintf(`example.org:0 {
+	bind 127.0.0.1
+	healthcheck {
+		check tcp1 {
+			interval 1s
+			timeout 500ms
+			prober us-east1
+		}
+		loadbalancer 10.99.9.1 {
+			backends %s
+			check tcp1
+		}
+		fleet etcd %s {
+			prefix %s
+			replica r1
+			timeout %s
+		}
+	}
+	whoami
+}
+`, strings.Join(bs, " "), endpoint, prefix, timeout)
+}
+
+// member returns the member key of replica under prefix, or nil.
+func member(t *testing.T, cli *clientv3.Client, prefix, replica string) *clientv3.GetResponse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, err := cli.Get(ctx, memberKey(prefix, replica))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func leases(t *testing.T, cli *clientv3.Client) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, err := cli.Leases(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(r.Leases)
+}
+
+func results(t *testing.T, cli *clientv3.Client, prefix string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, err := cli.Get(ctx, prefix+resultsDir, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(r.Count)
+}
+
+// F-1 and the fleet's lifecycle through real Corefile reloads: a reload keeps the membership
+// (same member key, same lease, no second registration) and the watch; goroutines do not grow;
+// a reload that adds a target publishes it under the same lease; shutdown revokes the lease, so
+// the member and its results leave at once.
+func TestFleetReloadKeepsMembershipF1(t *testing.T) {
+	leakCheck(t)
+	etcd := etcdtest.New(t)
+	cli := etcd.Client(t)
+	b1, b2 := listen(t, "127.0.83.1:0"), listen(t, "127.0.83.2:0")
+	const prefix = "/test/reload"
+	s := coretest.Start(t, fleetLB(etcd.Endpoint, prefix, "3s", b1.addr()))
+	waitFor(t, "the replica's result of its target", func() bool { return results(t, cli, prefix) == 1 })
+	m0 := member(t, cli, prefix, "r1")
+	if len(m0.Kvs) != 1 || leases(t, cli) != 1 {
+		t.Fatalf("member %v, %d leases: want one member under one lease", m0.Kvs, leases(t, cli))
+	}
+	others := func() int { return runtime.NumGoroutine() - int(defaultRegistry.workers.Load()) }
+	g0 := others()
+	for i := range 3 {
+		if err := s.Reload(fleetLB(etcd.Endpoint, prefix, "3s", b1.addr())); err != nil {
+			t.Fatal(err)
+		}
+		m := member(t, cli, prefix, "r1")
+		if len(m.Kvs) != 1 || m.Kvs[0].GetLease() != m0.Kvs[0].GetLease() || m.Kvs[0].GetCreateRevision() != m0.Kvs[0].GetCreateRevision() || m.Kvs[0].GetModRevision() != m0.Kvs[0].GetModRevision() {
+			t.Fatalf("reload %d: member %v, want it unchanged (%v)", i, m.Kvs, m0.Kvs)
+		}
+		if n := leases(t, cli); n != 1 {
+			t.Fatalf("reload %d: %d leases, want 1", i, n)
+		}
+		waitFor(t, "goroutines back to their number before the reloads", func() bool { return others() <= g0 })
+	}
+	// A reload with a second backend: its result is published under the same lease.
+	if err := s.Reload(fleetLB(etcd.Endpoint, prefix, "3s", b1.addr(), b2.addr())); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the new target's result", func() bool { return results(t, cli, prefix) == 2 })
+	if m := member(t, cli, prefix, "r1"); m.Kvs[0].GetLease() != m0.Kvs[0].GetLease() || leases(t, cli) != 1 {
+		t.Fatalf("after adding a target: member %v, %d leases", m.Kvs, leases(t, cli))
+	}
+	// Back to one backend: the dropped target's result is withdrawn at once.
+	if err := s.Reload(fleetLB(etcd.Endpoint, prefix, "3s", b1.addr())); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the dropped target's result withdrawn", func() bool { return results(t, cli, prefix) == 1 })
+	if n := len(coretest.Series(t, "coredns_healthcheck_fleet_members")); n != 1 {
+		t.Fatalf("%d fleet_members series, want 1", n)
+	}
+	s.Stop()
+	if m := member(t, cli, prefix, "r1"); len(m.Kvs) != 0 || leases(t, cli) != 0 || results(t, cli, prefix) != 0 {
+		t.Fatalf("after shutdown: member %v, %d leases, %d results: want none (the lease is revoked)", m.Kvs, leases(t, cli), results(t, cli, prefix))
+	}
+	if n := len(coretest.Series(t, "coredns_healthcheck_fleet_members")); n != 0 {
+		t.Fatalf("%d fleet_members series after shutdown, want 0 (H-6)", n)
+	}
+}
+
+// F-4: an etcd that cannot be reached at startup does not delay startup; the replica starts
+// alone, says why, probes and decides its targets itself, and is ready.
+func TestFleetStartupUnreachableF4(t *testing.T) {
+	leakCheck(t)
+	logs := coretest.CaptureLog(t)
+	b := listen(t, "127.0.83.3:0")
+	nobody := "http://127.0.0.1:" + coretest.FreePort(t) // nothing listens there
+	start := time.Now()
+	s := coretest.Start(t, fleetLB(nobody, "/test/unreachable", "2s", b.addr()))
+	if d := time.Since(start); d >= 2*time.Second {
+		t.Errorf("startup took %s: it waited for etcd (timeout 2s)", d)
+	}
+	if r, err := s.Query("example.org", 1); err != nil || r.Rcode != 0 {
+		t.Fatalf("query: %v %v", r, err)
+	}
+	k := health.Key{Check: "tcp1", Addr: b.addr().Addr(), Port: b.addr().Port()}
+	waitFor(t, "the target decided alone", func() bool { st, _ := coretest.OnBoard(health.Default, k); return st.State == health.Healthy })
+	waitFor(t, "the log line saying why", func() bool {
+		return logs.Count("Fleet /test/unreachable (replica r1): not joined yet, probing and deciding alone") == 1
+	})
+	if v := gaugeValue(t, "coredns_healthcheck_fleet_fallback", "r1"); v != 1 {
+		t.Errorf("fallback gauge %v, want 1", v)
+	}
+	s.Stop()
+}
+
+// gaugeValue reads the gauge name of replica from the process's registry, -1 when absent.
+func gaugeValue(t *testing.T, name, replica string) float64 {
+	t.Helper()
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "replica" && l.GetValue() == replica {
+					if g := m.GetGauge(); g != nil {
+						return g.GetValue()
+					}
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return -1
+}
+
+// A replica name taken by another live process is detected and logged: a second process of
+// this test binary serves a Corefile with the name this process holds; it stays alone (its
+// fallback metric says so) until the name is free, then joins by itself. This process's own
+// membership is not disturbed.
+func TestFleetDuplicateReplica(t *testing.T) {
+	leakCheck(t)
+	etcd := etcdtest.New(t)
+	const prefix = "/test/dup"
+	v := newFleetView([]*Check{fleetCheck(time.Second, "us-east1")})
+	f := joinFleet(testFleetConfig(etcd.Endpoint, prefix, "same", 1), v)
+	left := false
+	defer func() {
+		if !left {
+			f.leave(v)
+		}
+	}()
+	waitFor(t, "this process joined", func() bool { j, _ := joinedMode(f); return j })
+	other := startReplicaProc(t, "same", fleetCorefile(etcd.Endpoint, prefix, 9, "127.0.0.1", 1, 1, time.Second), "REGION=us-east1", "SOURCE=127.0.0.1")
+	waitFor30(t, "the other process logs the duplicate", func() bool {
+		return strings.Count(other.logs.String(), `replica name "same" is already registered by another live process`) == 1
+	})
+	if m := other.Metric(`coredns_healthcheck_fleet_fallback{replica="same"}`); m != 1 {
+		t.Errorf("the other process's fallback metric %v, want 1 (alone)", m)
+	}
+	if j, _ := joinedMode(f); !j {
+		t.Fatal("this process lost its membership to the duplicate")
+	}
+	f.leave(v)
+	left = true
+	waitFor30(t, "the other process joins once the name is free", func() bool {
+		return strings.Contains(other.logs.String(), "(replica same): joined (lease")
+	})
+	if n := strings.Count(other.logs.String(), `replica name "same" is already registered`); n != 1 {
+		t.Errorf("the duplicate was logged %d times, want once:\n%s", n, other.logs)
+	}
+}
+
+func joinedMode(f *fleet) (joined, shared bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.mode(time.Second)
+}
+
+// F-1, F-4: a lost lease (revoked here, as etcd does when renewals stop reaching it) ends the
+// session; the replica joins again by itself with a new lease and registers again.
+func TestFleetLeaseLostRejoinsF4(t *testing.T) {
+	leakCheck(t)
+	etcd := etcdtest.New(t)
+	cli := etcd.Client(t)
+	const prefix = "/test/lost"
+	c := fleetCheck(time.Second, "us-east1")
+	v := newFleetView([]*Check{c})
+	f := joinFleet(testFleetConfig(etcd.Endpoint, prefix, "r1", 1), v)
+	defer f.leave(v)
+	waitFor(t, "joined", func() bool { return len(member(t, cli, prefix, "r1").Kvs) == 1 })
+	lease := member(t, cli, prefix, "r1").Kvs[0].GetLease()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := cli.Revoke(ctx, clientv3.LeaseID(lease)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor30(t, "registered again under a new lease", func() bool {
+		m := member(t, cli, prefix, "r1")
+		return len(m.Kvs) == 1 && m.Kvs[0].GetLease() != lease
+	})
+}
+
+// A watch whose revision etcd compacted away is listed again and restarted from the list's
+// revision: the mirror has what was written before and after.
+func TestFleetWatchCompactedRelists(t *testing.T) {
+	leakCheck(t)
+	etcd := etcdtest.New(t)
+	cli := etcd.Client(t)
+	const prefix = "/test/compact"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	put := func(key, val string) int64 {
+		t.Helper()
+		r, err := cli.Put(ctx, key, val)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Header.GetRevision()
+	}
+	put(memberKey(prefix, "other"), `{"nonce":"x","checks":{"web":["us-east1"]}}`)
+	rev := put(prefix+resultsDir+"web/10.0.0.1:80/us-east1/other", `{"nonce":"x","healthy":1,"decided":1}`)
+	if _, err := cli.Compact(ctx, rev); err != nil {
+		t.Fatal(err)
+	}
+	f := newFleet(testFleetConfig(etcd.Endpoint, prefix, "r1", 1))
+	defer fleetSeries.Release("r1")
+	f.cli = etcd.Client(t)
+	g, err := cli.Grant(ctx, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fctx, stop := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- f.follow(fctx, g.ID, 1) }() // from revision 2, compacted away
+	has := func(member string, pair pairKey) func() bool {
+		return func() bool {
+			f.mu.RLock()
+			defer f.mu.RUnlock()
+			_, ok := f.mirror.members[member]
+			return ok && len(f.mirror.results[pair]) == 1
+		}
+	}
+	waitFor(t, "the mirror listed again", has("other", pairKey{check: "web", target: "10.0.0.1:80"}))
+	put(memberKey(prefix, "third"), `{"nonce":"y","checks":{"web":["us-east1"]}}`)
+	put(prefix+resultsDir+"web/10.0.0.2:80/us-east1/third", `{"nonce":"y","healthy":0,"decided":1,"failure":"timeout"}`)
+	waitFor(t, "the watch restarted after the list", has("third", pairKey{check: "web", target: "10.0.0.2:80"}))
+	stop()
+	if err := <-errc; err == nil {
+		t.Fatal("follow ended without an error")
+	}
+}
+
+// F-4 and bad input: a replica that cannot reach etcd at startup logs why: the endpoint and what
+// connecting to it says.
+func TestFleetUnreachableLogNamesEndpointF4(t *testing.T) {
+	leakCheck(t)
+	logs := coretest.CaptureLog(t)
+	b := listen(t, "127.0.86.10:0")
+	nobody := "127.0.0.1:" + coretest.FreePort(t)
+	s := coretest.Start(t, fleetLB("http://"+nobody, "/test/why", "1s", b.addr()))
+	defer s.Stop()
+	waitFor30(t, "the fallback log line", func() bool { return logs.Count("not joined yet") == 1 })
+	if l := logs.Lines("not joined yet")[0]; !strings.Contains(l, "http://"+nobody+": dial tcp "+nobody) || !strings.Contains(l, "connection refused") {
+		t.Fatalf("the log line does not say why: %s", l)
+	}
+}
+
+// F-1: a replica that stops (or a reload that ends its membership) while it is joining revokes
+// its new lease: its member key does not stay until the lease expires. The prefix is made large
+// so that the join's list takes a while.
+func TestFleetStopWhileJoiningRevokesF1(t *testing.T) {
+	leakCheck(t)
+	etcd := etcdtest.New(t)
+	cli := etcd.Client(t)
+	const prefix = "/test/stopjoining"
+	bigPrefix(t, cli, prefix)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	wch := cli.Watch(ctx, memberKey(prefix, "r1"))
+	v := newFleetView([]*Check{fleetCheck(time.Second, "us-east1")})
+	f := joinFleet(testFleetConfig(etcd.Endpoint, prefix, "r1", 1), v)
+	<-wch // registered: the session now lists the prefix
+	f.leave(v)
+	if m := member(t, cli, prefix, "r1"); len(m.Kvs) != 0 {
+		t.Fatalf("the replica stopped but its member key stays (lease %x, %d leases): it leaves only when the lease expires", m.Kvs[0].GetLease(), leases(t, cli))
+	}
+}
+
+// bigPrefix fills prefix with 20,000 keys of 512 bytes that are neither members nor results,
+// so that listing the prefix takes a while.
+func bigPrefix(t *testing.T, cli *clientv3.Client, prefix string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	val := strings.Repeat("x", 512)
+	for i := 0; i < 20000; i += fleetMaxOps {
+		ops := make([]clientv3.Op, 0, fleetMaxOps)
+		for j := i; j < i+fleetMaxOps; j++ {
+			ops = append(ops, clientv3.OpPut(prefix+"/other/"+strconv.Itoa(j), val))
+		}
+		if _, err := cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// F-1: a reload that changes only the fleet's timeout (or adds an endpoint of the same cluster,
+// or rotates the credentials) makes a new membership of the same replica in the same process: it
+// takes the old one's member key over, it is not a duplicate replica name held "by another live
+// process", even when the reload comes while the old membership is joining.
+func TestFleetReloadNewTimeoutNotDuplicateF1(t *testing.T) {
+	leakCheck(t)
+	logs := coretest.CaptureLog(t)
+	etcd := etcdtest.New(t)
+	cli := etcd.Client(t)
+	b := listen(t, "127.0.86.3:0")
+	const prefix = "/test/retimeout"
+	bigPrefix(t, cli, prefix)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	wch := cli.Watch(ctx, memberKey(prefix, "r1"))
+	s := coretest.Start(t, fleetLB(etcd.Endpoint, prefix, "3s", b.addr()))
+	<-wch // registered, still joining
+	if err := s.Reload(fleetLB(etcd.Endpoint, prefix, "2s", b.addr())); err != nil {
+		t.Fatal(err)
+	}
+	waitFor30(t, "the new membership joined", func() bool { return logs.Count("(replica r1): joined (lease") >= 1 })
+	waitFor30(t, "one member key under the new membership's lease", func() bool {
+		m := member(t, cli, prefix, "r1")
+		return len(m.Kvs) == 1 && leases(t, cli) == 1
+	})
+	if n := logs.Count("is already registered by another live process"); n != 0 {
+		t.Fatalf("a reload of the same replica was logged as a duplicate replica name:\n%s", strings.Join(logs.Lines("Fleet"), "\n"))
+	}
+	s.Stop()
+	if m := member(t, cli, prefix, "r1"); len(m.Kvs) != 0 || leases(t, cli) != 0 {
+		t.Fatalf("after shutdown: member %v, %d leases", m.Kvs, leases(t, cli))
+	}
+}
+
+// F-4: a shutdown (and so a reload that changes the fleet's endpoints, and SIGTERM) does not hang
+// on an etcd that does not answer (paused: a hung host, its connections open): the revocation of
+// the lease waits at most half a second, not the fleet's timeout (here 10 s).
+func TestFleetStopUnansweringEtcdF4(t *testing.T) {
+	leakCheck(t)
+	etcd := etcdtest.New(t)
+	cli := etcd.Client(t)
+	b := listen(t, "127.0.86.4:0")
+	const prefix = "/test/shutdownstop"
+	s := coretest.Start(t, fleetLB(etcd.Endpoint, prefix, "10s", b.addr()))
+	waitFor(t, "joined", func() bool { return len(member(t, cli, prefix, "r1").Kvs) == 1 })
+	etcd.Pause()
+	defer etcd.Resume()
+	start := time.Now()
+	s.Stop()
+	if d := time.Since(start); d > fleetRevokeWait+time.Second {
+		t.Fatalf("shutdown took %.1fs with etcd not answering (fleet timeout 10s)", d.Seconds())
+	}
+}
+
+// F-1, F-3: credentials USER PASSWORD against an etcd with authentication on, the user allowed
+// to read and write the fleet's prefix only (as the README asks): the replica joins, publishes,
+// and leaves.
+func TestFleetCredentialsF1(t *testing.T) {
+	leakCheck(t)
+	etcd := etcdtest.New(t)
+	cli := etcd.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const prefix = "/test/auth"
+	steps := []func() error{
+		func() error { _, err := cli.UserAdd(ctx, "root", "rootpw"); return err },
+		func() error { _, err := cli.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := cli.RoleAdd(ctx, "dns"); return err },
+		func() error {
+			_, err := cli.RoleGrantPermission(ctx, "dns", prefix+"/", clientv3.GetPrefixRangeEnd(prefix+"/"), clientv3.PermissionType(clientv3.PermReadWrite))
+			return err
+		},
+		func() error { _, err := cli.UserAdd(ctx, "coresteer", "s3cret"); return err },
+		func() error { _, err := cli.UserGrantRole(ctx, "coresteer", "dns"); return err },
+		func() error { _, err := cli.AuthEnable(ctx); return err },
+	}
+	for i, s := range steps {
+		if err := s(); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+	}
+	root, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint}, Username: "root", Password: "rootpw", Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	tg := netip.MustParseAddrPort("127.0.86.7:80")
+	script := newRegionScript()
+	script.set(tg, "us-east1")
+	cfg := testFleetConfig(etcd.Endpoint, prefix, "r1", 1)
+	cfg.Username, cfg.Password = "coresteer", "s3cret"
+	r := startReplica(t, cfg, fleetCheck(time.Second, "us-east1"), script, tg)
+	waitFor30(t, "decided from the fleet with credentials", func() bool {
+		return r.status(0).Reason == "fleet: 1/1 regions healthy"
+	})
+	count := func() int64 {
+		resp, err := root.Get(ctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Count
+	}
+	if n := count(); n != 2 {
+		t.Errorf("%d keys under the prefix, want the member and its result", n)
+	}
+	r.stop()
+	if n := count(); n != 0 {
+		t.Fatalf("%d keys left behind after leaving", n)
+	}
+}

@@ -1,0 +1,664 @@
+package healthcheck
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/metadata"
+)
+
+var (
+	// errDuplicate: another live process registered this replica name.
+	errDuplicate = errors.New("replica name in use")
+	// errSuperseded: a newer membership of this process has the name (fleet.superseded).
+	errSuperseded = errors.New("superseded by a newer membership of this process")
+	// errMemberGone: the member key is no longer this session's (taken over, or deleted).
+	errMemberGone = errors.New("the member key is gone")
+)
+
+// keepaliveTime is how often gRPC pings an idle etcd connection, so a member that stopped
+// answering (a hung host) is noticed and its streams move to another member. gRPC does not ping
+// more often than every 10 s.
+const keepaliveTime = 10 * time.Second
+
+// start creates the client and starts the session loop. Creating the client does not connect,
+// so it never blocks startup (F-4).
+func (f *fleet) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	f.cancel = cancel
+	f.done = make(chan struct{})
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:            f.cfg.Endpoints,
+		DialTimeout:          f.cfg.Timeout,
+		DialKeepAliveTime:    keepaliveTime,
+		DialKeepAliveTimeout: f.cfg.Timeout,
+		TLS:                  f.cfg.TLS,
+		Username:             f.cfg.Username,
+		Password:             f.cfg.Password,
+		Logger:               zap.NewNop(),
+		// Reconnect within a few seconds of etcd's return, not after gRPC's two-minute backoff.
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: fleetRetry},
+			MinConnectTimeout: f.cfg.Timeout,
+		})},
+	})
+	if err != nil {
+		// Only a malformed configuration fails here; parse checked it. Stay alone.
+		log.Errorf("Fleet %s: no etcd client, probing and deciding alone: %v", f.cfg.Prefix, err)
+		close(f.done)
+		return
+	}
+	f.cli = cli
+	go f.run(ctx)
+}
+
+// stop ends the session, revokes the leases (the member and its results leave at once) and
+// closes the client, waiting for every goroutine it started but at most fleetRevokeWait for
+// etcd.
+func (f *fleet) stop() {
+	f.cancel()
+	<-f.done
+	if f.cli != nil {
+		f.mu.RLock()
+		leases := []clientv3.LeaseID{f.lease, f.old}
+		f.mu.RUnlock()
+		ctx, cancel := context.WithTimeout(context.Background(), min(fleetRevokeWait, f.cfg.Timeout))
+		for _, l := range leases {
+			if l != 0 {
+				_, _ = f.cli.Revoke(ctx, l)
+			}
+		}
+		cancel()
+		f.cli.Close()
+	}
+	fleetSeries.Release(f.cfg.Replica)
+}
+
+// run keeps a session up until ctx ends: join, follow, and after a loss join again (F-4).
+func (f *fleet) run(ctx context.Context) {
+	defer close(f.done)
+	first := true
+	for {
+		err := f.session(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		f.lost(err, first)
+		first = false
+		wait := fleetRetry
+		if errors.Is(err, errDuplicate) {
+			wait = leaseTTL(f.cfg.Timeout) // the other process's lease would expire by then if it died
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// lost ends a session: this replica probes and decides alone until the next one (F-4). It
+// logs once per outage, naming the endpoints and what connecting to them says, and says why
+// when the first join fails (startup never waits).
+func (f *fleet) lost(err error, first bool) {
+	f.mu.Lock()
+	if f.lease != 0 {
+		f.old = f.lease
+	}
+	f.joined, f.lease = false, 0
+	clear(f.want)
+	clear(f.published)
+	clear(f.dirty)
+	f.unwritten, f.alarm, f.lastErr = time.Time{}, "", err
+	f.setFallback(true)
+	quiet := errors.Is(err, errDuplicate) || errors.Is(err, errSuperseded) || (f.outage && !first)
+	f.outage = true
+	f.mu.Unlock()
+	if quiet {
+		return // logged by claim, by the newer membership, or when the outage began
+	}
+	what := "session lost"
+	if first {
+		what = "not joined yet"
+	}
+	log.Warningf("Fleet %s (replica %s): %s, probing and deciding alone: %v%s", f.cfg.Prefix, f.cfg.Replica, what, err, f.reach())
+}
+
+// reach connects to each endpoint (TCP, then TLS when configured) and returns, for the log
+// line, the first failure with its endpoint; "" when every endpoint accepts.
+func (f *fleet) reach() string {
+	d := net.Dialer{Timeout: min(f.cfg.Timeout, time.Second)}
+	for _, e := range f.cfg.Endpoints {
+		u, err := url.Parse(e)
+		if err != nil {
+			continue
+		}
+		c, err := d.Dial("tcp", u.Host)
+		if err == nil && f.cfg.TLS != nil {
+			tc := f.cfg.TLS.Clone()
+			tc.ServerName = u.Hostname()
+			_ = c.SetDeadline(time.Now().Add(d.Timeout))
+			t := tls.Client(c, tc)
+			err = t.Handshake()
+			c = t
+		}
+		if err != nil {
+			return fmt.Sprintf(" (%s: %v)", e, err)
+		}
+		c.Close()
+	}
+	return ""
+}
+
+func (f *fleet) fail(err error) error {
+	f.cErrors.Inc()
+	f.mu.Lock()
+	f.lastErr = err
+	f.mu.Unlock()
+	return err
+}
+
+// timeout returns a context for one etcd request.
+func (f *fleet) timeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, f.cfg.Timeout)
+}
+
+// session joins the fleet and follows it until the lease is lost. Joining is: a new lease, the
+// registration under it, a list of the prefix, a watch from the list's revision.
+func (f *fleet) session(ctx context.Context) error {
+	f.mu.RLock()
+	old := f.old
+	f.mu.RUnlock()
+	if old != 0 {
+		// A lease of an earlier session may still live (etcd keeps leases through its restarts):
+		// revoke it so its stale results go at once.
+		c, cancel := f.timeout(ctx)
+		_, err := f.cli.Revoke(c, old)
+		cancel()
+		if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return f.fail(fmt.Errorf("revoking the previous lease: %w", err))
+		}
+		f.mu.Lock()
+		f.old = 0
+		f.mu.Unlock()
+	}
+	if f.superseded.Load() {
+		return errSuperseded
+	}
+	c, cancel := f.timeout(ctx)
+	g, err := f.cli.Grant(c, int64(leaseTTL(f.cfg.Timeout)/time.Second))
+	cancel()
+	if err != nil {
+		return f.fail(fmt.Errorf("lease: %w", err))
+	}
+	lease := g.ID
+	// Recorded before anything is written under it: a stop from now on revokes it (F-1).
+	f.mu.Lock()
+	f.lease = lease
+	f.mu.Unlock()
+	if err := f.claim(ctx, lease); err != nil {
+		f.drop(lease)
+		return err
+	}
+	rev, err := f.list(ctx)
+	if err != nil {
+		f.drop(lease)
+		return err
+	}
+	f.mu.Lock()
+	now := f.now()
+	f.joined, f.since, f.heard, f.dup, f.outage = true, now, now, false, false
+	what := "joined"
+	if f.rejoin {
+		what = "rejoined"
+	}
+	f.rejoin = true
+	members := len(f.mirror.members)
+	f.mu.Unlock()
+	log.Infof("Fleet %s (replica %s): %s (lease %x, %d members); the fleet decides from the next interval", f.cfg.Prefix, f.cfg.Replica, what, int64(lease), members)
+	return f.follow(ctx, lease, rev)
+}
+
+// drop revokes a lease whose session did not start, waiting at most fleetRevokeWait (ctx may
+// be ending: a stop while joining). A lease it could not revoke is left to the next session or
+// to stop.
+func (f *fleet) drop(lease clientv3.LeaseID) {
+	c, cancel := context.WithTimeout(context.Background(), min(fleetRevokeWait, f.cfg.Timeout))
+	_, err := f.cli.Revoke(c, lease)
+	cancel()
+	if err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		f.mu.Lock()
+		if f.lease == lease {
+			f.lease = 0
+		}
+		f.mu.Unlock()
+	}
+}
+
+// claim registers this replica under lease. The name must be free, or held by this process
+// (a lease of an earlier session or membership); a name another live process holds is a
+// duplicate: logged, and this replica stays alone until the name is free.
+func (f *fleet) claim(ctx context.Context, lease clientv3.LeaseID) error {
+	key := memberKey(f.cfg.Prefix, f.cfg.Replica)
+	f.mu.Lock()
+	val := string(f.registration())
+	f.regDue, f.regVal = false, val
+	f.mu.Unlock()
+	c, cancel := f.timeout(ctx)
+	defer cancel()
+	resp, err := f.cli.Txn(c).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, val, clientv3.WithLease(lease))).
+		Else(clientv3.OpGet(key)).
+		Commit()
+	if err != nil {
+		return f.fail(fmt.Errorf("registering: %w", err))
+	}
+	if resp.Succeeded {
+		return nil
+	}
+	kvs := resp.Responses[0].GetResponseRange().GetKvs()
+	other := ""
+	if len(kvs) > 0 {
+		var v memberValue
+		if json.Unmarshal(kvs[0].GetValue(), &v) == nil && v.Nonce == processNonce {
+			// This process's, from a lease the revocation missed or an older membership: take it.
+			if _, err := f.cli.Put(c, key, val, clientv3.WithLease(lease)); err != nil {
+				return f.fail(fmt.Errorf("registering: %w", err))
+			}
+			return nil
+		}
+		other = fmt.Sprintf(" (lease %x)", kvs[0].GetLease())
+	}
+	f.mu.Lock()
+	first := !f.dup
+	f.dup = true
+	f.mu.Unlock()
+	if first {
+		log.Errorf("Fleet %s: replica name %q is already registered by another live process%s: give each replica its own name (replica NAME); probing and deciding alone until the name is free", f.cfg.Prefix, f.cfg.Replica, other)
+	}
+	return errDuplicate
+}
+
+// list reads the whole prefix into a new mirror and returns its revision.
+func (f *fleet) list(ctx context.Context) (int64, error) {
+	c, cancel := f.timeout(ctx)
+	resp, err := f.cli.Get(c, f.cfg.Prefix+"/", clientv3.WithPrefix())
+	cancel()
+	if err != nil {
+		return 0, f.fail(fmt.Errorf("listing %s: %w", f.cfg.Prefix, err))
+	}
+	m := newMirror()
+	for _, kv := range resp.Kvs {
+		if _, err := m.apply(f.cfg.Prefix, string(kv.GetKey()), kv.GetValue()); err != nil {
+			log.Warningf("Fleet %s (replica %s): ignoring %v", f.cfg.Prefix, f.cfg.Replica, err)
+		}
+	}
+	f.mu.Lock()
+	changed := !sameMembers(f.mirror.members, m.members)
+	f.mirror = m
+	if changed {
+		f.viewChanged()
+	}
+	f.mu.Unlock()
+	// The results are new too: decide again from them.
+	f.membersChanged()
+	return resp.Header.GetRevision(), nil
+}
+
+func sameMembers(a, b map[string]memberValue) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		w, ok := b[k]
+		if !ok || !sameChecks(v.Checks, w.Checks) {
+			return false
+		}
+	}
+	return true
+}
+
+// fleetWatch is one watch of the prefix, read by a goroutine of its own, so that the session's
+// requests (a renewal waiting for its timeout) never delay what the watch delivers.
+type fleetWatch struct {
+	ctx     context.Context // its stream's: a progress request goes down the same stream
+	cancel  context.CancelFunc
+	started time.Time
+	ended   atomic.Bool   // it failed or was closed: the next beat restarts it
+	done    chan struct{} // closed when its reader has returned
+}
+
+// stop ends the watch and waits for its reader, so nothing it read lands after what follows.
+func (w *fleetWatch) stop() {
+	w.cancel()
+	<-w.done
+}
+
+// follow renews the lease every beat, asks the watch for its progress and writes what this
+// replica publishes, until the lease is lost or ctx ends; the watch's reader applies it to the
+// mirror. Only the watch's answers say the view is current (F-4). A watch that does not answer
+// (a member that hangs with the connection open), ends, fails or was compacted away is
+// restarted at a beat: the prefix listed again, then watched on a stream of its own, which the
+// client sends to a member of its choice. The list is a linearizable read, so the view is
+// current again whatever the old watch missed (etcd 3.4 may notify a watch's progress before
+// delivering its events).
+func (f *fleet) follow(ctx context.Context, lease clientv3.LeaseID, rev int64) error {
+	n := 0
+	w := f.watch(ctx, rev, n)
+	defer func() { w.stop() }()
+	restart := func() {
+		w.stop()
+		w.ended.Store(true) // until a list succeeds
+		if rev, err := f.list(ctx); err == nil {
+			n++
+			w = f.watch(ctx, rev, n)
+		}
+	}
+	beat := time.NewTicker(fleetBeat)
+	defer beat.Stop()
+	if err := f.write(ctx, lease); err != nil {
+		return err
+	}
+	limit := fleetBeat + f.cfg.Timeout
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-beat.C:
+			c, cancel := f.timeout(ctx)
+			_, err := f.cli.KeepAliveOnce(c, lease)
+			cancel()
+			if err != nil {
+				f.cErrors.Inc()
+				if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+					return fmt.Errorf("lease %x expired", int64(lease))
+				}
+				f.noteErr(err)
+			}
+			f.mu.RLock()
+			silent := f.now().Sub(f.heard) > limit
+			f.mu.RUnlock()
+			if w.ended.Load() || (silent && time.Since(w.started) > limit) {
+				restart()
+			}
+			c, cancel = context.WithTimeout(w.ctx, f.cfg.Timeout)
+			_ = f.cli.RequestProgress(c)
+			cancel()
+			if !silent {
+				f.checkAlarms(ctx)
+			}
+			if err := f.write(ctx, lease); err != nil {
+				return err
+			}
+			f.assess()
+		case <-f.kick:
+			if err := f.write(ctx, lease); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// watch watches the prefix from the revision after rev, on a gRPC stream of its own (number n),
+// and starts its reader. WithRequireLeader: a member cut off from the cluster's leader ends the
+// watch rather than keeping it open and silent. The client returns a watch only once etcd
+// created it, so one that lands on a hung member is given up after the timeout (its channel is
+// closed) rather than holding the session until gRPC's keepalive closes the connection.
+func (f *fleet) watch(ctx context.Context, rev int64, n int) *fleetWatch {
+	wctx, cancel := context.WithCancel(ctx)
+	wctx = metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(wctx), "coresteer-watch", strconv.Itoa(n))
+	giveUp := time.AfterFunc(f.cfg.Timeout, cancel)
+	ch := f.cli.Watch(wctx, f.cfg.Prefix+"/", clientv3.WithPrefix(), clientv3.WithRev(rev+1),
+		clientv3.WithProgressNotify(), clientv3.WithCreatedNotify())
+	giveUp.Stop()
+	w := &fleetWatch{ctx: wctx, cancel: cancel, started: time.Now(), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		defer w.ended.Store(true) // closed: by etcd (no leader, say), or not created in time
+		for wr := range ch {
+			if err := wr.Err(); err != nil {
+				// Failed (compacted away, canceled): the next beat lists again and restarts it.
+				f.cErrors.Inc()
+				f.noteErr(err)
+				return
+			}
+			f.apply(wr.Events)
+			f.hear()
+		}
+	}()
+	return w
+}
+
+// hear records that the watch answered. After an outage the view is current again from now: the
+// fleet decides again one interval later, once every member has published again (F-4).
+func (f *fleet) hear() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := f.now()
+	if now.Sub(f.heard) > fleetBeat+f.cfg.Timeout {
+		f.since = now
+	}
+	f.heard = now
+}
+
+func (f *fleet) noteErr(err error) {
+	f.mu.Lock()
+	f.lastErr = err
+	f.mu.Unlock()
+}
+
+// checkAlarms asks etcd (the member the client picks, on its open connection) for its alarms:
+// with one (NOSPACE), etcd refuses every write, so the others' results are frozen even when this
+// replica has nothing to write (F-4). A member that does not answer says nothing: the watch
+// judges reachability.
+func (f *fleet) checkAlarms(ctx context.Context) {
+	c, cancel := context.WithTimeout(ctx, min(f.cfg.Timeout, fleetBeat))
+	st, err := pb.NewMaintenanceClient(f.cli.ActiveConnection()).Status(c, &pb.StatusRequest{})
+	cancel()
+	if err != nil {
+		return
+	}
+	alarm := strings.TrimSpace(strings.Join(st.GetErrors(), "; "))
+	f.mu.Lock()
+	if f.alarm != "" && alarm == "" {
+		f.since = f.now() // writes work again: every member publishes again first
+	}
+	f.alarm = alarm
+	f.mu.Unlock()
+}
+
+// assess exports whether this replica decides alone (fleet_fallback: not joined, the view
+// stale, or within the interval after a join or an outage) and logs once when the view goes
+// stale and once when it is fresh again (F-4).
+func (f *fleet) assess() {
+	f.mu.Lock()
+	now := f.now()
+	why := f.stale(now)
+	enter := f.joined && why != "" && !f.outage
+	leave := f.joined && why == "" && f.outage
+	if enter || leave {
+		f.outage = enter
+	}
+	_, shared := f.mode(f.warm())
+	f.setFallback(!shared)
+	err := f.lastErr
+	f.mu.Unlock()
+	switch {
+	case enter && strings.HasPrefix(why, "etcd unreachable"):
+		log.Warningf("Fleet %s (replica %s): %s, probing and deciding alone: %v%s", f.cfg.Prefix, f.cfg.Replica, why, err, f.reach())
+	case enter:
+		log.Warningf("Fleet %s (replica %s): %s, probing and deciding alone: %v", f.cfg.Prefix, f.cfg.Replica, why, err)
+	case leave:
+		log.Infof("Fleet %s (replica %s): etcd answers again, rejoining; the fleet decides from the next interval", f.cfg.Prefix, f.cfg.Replica)
+	}
+}
+
+// apply records watch events in the mirror and has the registries decide again what changed.
+func (f *fleet) apply(evs []*clientv3.Event) {
+	f.mu.Lock()
+	members := false
+	var pairs []pairKey
+	for _, ev := range evs {
+		var val []byte
+		if ev.Type == clientv3.EventTypePut { //nolint:protogetter // Event is clientv3's own type
+			val = ev.GetKv().GetValue()
+		}
+		c, err := f.mirror.apply(f.cfg.Prefix, string(ev.GetKv().GetKey()), val)
+		if err != nil {
+			log.Warningf("Fleet %s (replica %s): ignoring %v", f.cfg.Prefix, f.cfg.Replica, err)
+			continue
+		}
+		members = members || c.members
+		if c.member {
+			continue
+		}
+		// This replica's own results too: its verdict reads them from etcd, as the others do.
+		pairs = append(pairs, c.pair)
+		if c.replica != f.cfg.Replica {
+			f.cReceived.Inc()
+		}
+	}
+	if members {
+		f.viewChanged()
+	}
+	f.mu.Unlock()
+	switch {
+	case members:
+		f.membersChanged()
+	case len(pairs) > 0:
+		f.resultsChanged(pairs)
+	}
+}
+
+// write sends the registration when it changed and the results that changed, in transactions
+// of at most fleetMaxOps operations, all under lease. A failed write stays due and is retried at
+// the next beat; past the timeout it makes the view stale (F-4). A lost lease or member key ends
+// the session. A superseded membership writes nothing.
+func (f *fleet) write(ctx context.Context, lease clientv3.LeaseID) error {
+	if f.superseded.Load() {
+		return nil
+	}
+	f.mu.Lock()
+	val := string(f.registration())
+	reg := f.regDue && val != f.regVal // a reload with the same checks writes nothing
+	f.regDue = false
+	f.mu.Unlock()
+	if reg {
+		key := memberKey(f.cfg.Prefix, f.cfg.Replica)
+		c, cancel := f.timeout(ctx)
+		resp, err := f.cli.Txn(c).
+			If(clientv3.Compare(clientv3.LeaseValue(key), "=", lease)).
+			Then(clientv3.OpPut(key, val, clientv3.WithLease(lease))).
+			Commit()
+		cancel()
+		if err != nil {
+			f.mu.Lock()
+			f.regDue = true
+			f.mu.Unlock()
+			return f.writeFailed(err)
+		}
+		if !resp.Succeeded {
+			return errMemberGone
+		}
+		f.mu.Lock()
+		f.regVal = val
+		f.mu.Unlock()
+	}
+	for {
+		f.mu.Lock()
+		ops := make([]clientv3.Op, 0, min(len(f.dirty), fleetMaxOps))
+		keys := make([]resultKey, 0, cap(ops))
+		vals := make([]tally, 0, cap(ops))
+		for k := range f.dirty {
+			if len(ops) == fleetMaxOps {
+				break
+			}
+			delete(f.dirty, k)
+			v, want := f.want[k.pair][k.region]
+			pv, had := f.published[k]
+			switch {
+			case want && (!had || pv != v):
+				ops = append(ops, clientv3.OpPut(k.key(f.cfg.Prefix, f.cfg.Replica), encodeResult(v), clientv3.WithLease(lease)))
+			case !want && had:
+				ops = append(ops, clientv3.OpDelete(k.key(f.cfg.Prefix, f.cfg.Replica)))
+			default:
+				continue
+			}
+			keys = append(keys, k)
+			vals = append(vals, v)
+		}
+		f.mu.Unlock()
+		if len(ops) == 0 {
+			f.wrote()
+			return nil
+		}
+		c, cancel := f.timeout(ctx)
+		_, err := f.cli.Txn(c).Then(ops...).Commit()
+		cancel()
+		f.mu.Lock()
+		if err != nil {
+			for _, k := range keys {
+				f.dirty[k] = struct{}{}
+			}
+			f.mu.Unlock()
+			return f.writeFailed(err)
+		}
+		for i, k := range keys {
+			if ops[i].IsDelete() {
+				delete(f.published, k)
+			} else {
+				f.published[k] = vals[i]
+			}
+		}
+		f.mu.Unlock()
+		f.cPublished.Add(float64(len(ops)))
+	}
+}
+
+// writeFailed counts a failed write and notes since when writes fail; only a lost lease ends
+// the session.
+func (f *fleet) writeFailed(err error) error {
+	f.cErrors.Inc()
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return fmt.Errorf("lease expired: %w", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.unwritten.IsZero() {
+		f.unwritten = f.now()
+	}
+	f.lastErr = err
+	return nil
+}
+
+// wrote notes that nothing due is left unwritten. After writes failed past the timeout, the
+// view is current again from now (F-4).
+func (f *fleet) wrote() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.unwritten.IsZero() {
+		return
+	}
+	if now := f.now(); now.Sub(f.unwritten) > fleetBeat+f.cfg.Timeout {
+		f.since = now
+	}
+	f.unwritten = time.Time{}
+}
