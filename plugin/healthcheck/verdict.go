@@ -77,7 +77,6 @@ func aggregate(ts []tally) verdict {
 		if 2*t.ok > t.got {
 			v.healthyRegions++
 		}
-		v.regions++
 	}
 	switch {
 	case v.regions == 0:
