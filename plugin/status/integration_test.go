@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 
@@ -136,8 +137,16 @@ func TestStatusJSONFollowsTargets(t *testing.T) {
 		t.Fatalf("explain shop outcomes: %+v", o)
 	}
 	getJSON(t, base+"/explain.json?name=corp.internal&type=A&client=127.0.2.9", &x)
-	if len(x.Explanations) != 1 || x.Explanations[0].Forward == nil || x.Explanations[0].Forward.Pairs[0].Endpoint != "egress-eu" {
+	// Both pairs, ranked, each with why. Which leads depends on the measured latencies (O-5: bands
+	// of success ratio and latency before distance), which loopback under load does not fix; the
+	// order for a given state is outbound's explain tests' business.
+	if len(x.Explanations) != 1 || x.Explanations[0].Forward == nil || len(x.Explanations[0].Forward.Pairs) != 2 {
 		t.Fatalf("explain corp.internal: %+v", x.Explanations)
+	}
+	pairs := x.Explanations[0].Forward.Pairs
+	if eps := []string{pairs[0].Endpoint, pairs[1].Endpoint}; !slices.Contains(eps, "egress-eu") || !slices.Contains(eps, "egress-us") ||
+		pairs[0].Why == "" || pairs[1].Why == "" {
+		t.Fatalf("explain corp.internal pairs: %+v", pairs)
 	}
 	getJSON(t, base+"/explain.json?name=nobody.test&type=AAAA&client=::1", &x)
 	if len(x.Explanations) != 0 || !strings.Contains(x.Note, "no routingpolicy or outbound") {
