@@ -33,12 +33,7 @@ func TestRecvmmsgBurstLargerThanABatch(t *testing.T) {
 	const n = 3*readBatch - 5
 	qs := make([]*dns.Msg, n)
 	for i := range qs {
-		q := new(dns.Msg)
-		q.SetQuestion(fmt.Sprintf("q%d.example.", i), dns.TypeA)
-		q.Id = uint16(1000 + i)
-		wire, _ := q.Pack()
-		s.waiters[q.Id] = &waiter{s: s, id: q.Id, q: questionOf(wire), ch: make(chan datagram, waiterQueue)}
-		qs[i] = q
+		qs[i] = waitFor(s, fmt.Sprintf("q%d.example.", i), uint16(1000+i))
 	}
 	for i, q := range qs {
 		if _, err := pc.WriteTo(answerTo(q, q.Id, net.IPv4(192, 0, 2, byte(i))), c.LocalAddr()); err != nil {

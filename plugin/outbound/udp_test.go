@@ -321,6 +321,16 @@ func TestO10WrongQuestionThenTheAnswer(t *testing.T) {
 	}
 }
 
+// waitFor puts a query for name A with ID id on s, as register would, and returns it.
+func waitFor(s *udpSock, name string, id uint16) *dns.Msg {
+	q := new(dns.Msg)
+	q.SetQuestion(name, dns.TypeA)
+	q.Id = id
+	wire, _ := q.Pack()
+	s.waiters[id] = &waiter{s: s, id: id, q: questionOf(wire), ch: make(chan datagram, waiterQueue)}
+	return q
+}
+
 // A batch read (recvmmsg) that brings valid replies and garbage together: each datagram goes to the
 // query it answers or nowhere. Garbage, a datagram too short to be DNS, a query, a reply with an
 // unknown ID and a reply to another question reach nobody; the answer reaches its query; a
@@ -335,15 +345,7 @@ func TestRecvmmsgBatchMixed(t *testing.T) {
 	defer c.Close()
 	u := &upstream{}
 	s := &udpSock{u: u, c: c, waiters: map[uint16]*waiter{}}
-	qa, qb := new(dns.Msg), new(dns.Msg)
-	qa.SetQuestion("a.example.", dns.TypeA)
-	qa.Id = 100
-	qb.SetQuestion("b.example.", dns.TypeA)
-	qb.Id = 200
-	for _, q := range []*dns.Msg{qa, qb} {
-		wire, _ := q.Pack()
-		s.waiters[q.Id] = &waiter{s: s, id: q.Id, q: questionOf(wire), ch: make(chan datagram, waiterQueue)}
-	}
+	qa, qb := waitFor(s, "a.example.", 100), waitFor(s, "b.example.", 200)
 	wrongQ := qa.Copy()
 	wrongQ.Question[0].Name = "x.example."
 	big := new(dns.Msg)
@@ -673,15 +675,7 @@ func TestUDPConcurrentQueriesSpread(t *testing.T) {
 func TestO10ReaderDropsRepliesTheMatchRefuses(t *testing.T) {
 	u := &upstream{}
 	s := &udpSock{u: u, waiters: map[uint16]*waiter{}}
-	qa, qb := new(dns.Msg), new(dns.Msg)
-	qa.SetQuestion("a.example.", dns.TypeA)
-	qa.Id = 100
-	qb.SetQuestion("b.example.", dns.TypeA)
-	qb.Id = 200
-	for _, q := range []*dns.Msg{qa, qb} {
-		wire, _ := q.Pack()
-		s.waiters[q.Id] = &waiter{s: s, id: q.Id, q: questionOf(wire), ch: make(chan datagram, waiterQueue)}
-	}
+	qa, qb := waitFor(s, "a.example.", 100), waitFor(s, "b.example.", 200)
 	header := func(id uint16, rcode byte, qd, an uint16) []byte {
 		h := make([]byte, 12)
 		binary.BigEndian.PutUint16(h, id)
