@@ -138,16 +138,19 @@ type selfLookupKey struct{}
 
 // ServeDNS implements plugin.Handler. The queries it forwards are served on a worker (worker.go).
 func (o *Outbound) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
-	if len(r.Question) != 1 || o.match(r.Question[0].Name) == "" {
+	if len(r.Question) != 1 {
 		return plugin.NextOrFailure(o.Name(), o.Next, ctx, w, r)
 	}
-	return o.workers.run(ctx, w, r)
+	zone := o.match(r.Question[0].Name)
+	if zone == "" {
+		return plugin.NextOrFailure(o.Name(), o.Next, ctx, w, r)
+	}
+	return o.workers.run(ctx, w, r, zone)
 }
 
-// serve forwards a query of ours.
-func (o *Outbound) serve(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+// serve forwards a query of ours, in zone (the one ServeDNS matched: it is not matched again).
+func (o *Outbound) serve(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, zone string) (int, error) {
 	state := request.Request{W: w, Req: r}
-	zone := o.match(r.Question[0].Name)
 	server := metrics.WithServer(ctx)
 	if o.maxConcurrent > 0 {
 		n := o.inflight.Add(1)

@@ -430,10 +430,17 @@ func (a *attempt) match(msg []byte, cut bool) (*dns.Msg, error) {
 		}
 		return nil, errMalformed
 	}
-	if len(m.Question) == 1 && questionMatches(m.Question[0], a.q) || len(m.Question) == 0 && headerOnlyError(m.Rcode) {
+	if answersQuestion(m, a.q) {
 		return m, nil
 	}
 	return nil, nil
+}
+
+// answersQuestion reports whether the reply m, with the query's ID and opcode, answers the
+// question q (O-10): its one question is q, or it has none and an error rcode. The socket's
+// reader keeps to it too (mayAnswer): what fails it never reaches the query.
+func answersQuestion(m *dns.Msg, q dns.Question) bool {
+	return len(m.Question) == 1 && questionMatches(m.Question[0], q) || len(m.Question) == 0 && headerOnlyError(m.Rcode)
 }
 
 func headerOnlyError(rc int) bool {

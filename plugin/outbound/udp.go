@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/miekg/dns"
 )
 
 // The UDP side of a pair (README, "Transport"), as dnsdist does it: a few connected sockets
@@ -316,17 +318,26 @@ type received struct {
 
 // deliver hands the datagram (*b)[:n] to the query it answers, and reports whether it did (the
 // reader then takes a fresh buffer in its place). Only a datagram with the ID of a query in
-// flight, the response bit and the query's opcode goes to that query, and only if its question is
-// the query's or cannot be told apart here (none, several, or not readable: the query's own match
-// decides, and garbage with its ID fails it, O-10). A reply to another question never reaches the
-// query, so it never ends its wait. Caller holds u.mu.
+// flight, the response bit and the query's opcode goes to that query, and only one the query's
+// own match (attempt.match) could take: a reply to another question, a header-only reply without
+// an error rcode, or one with several questions never reaches the query, so it neither ends its
+// wait nor takes one of the few places kept for its datagrams ahead of the answer (O-10). Garbage
+// with its ID does reach it (its match fails the attempt), as does a datagram the kernel cut (the
+// query is asked again over TCP). Caller holds u.mu.
 func (s *udpSock) deliver(b *[]byte, n int, cut bool) bool {
 	msg := (*b)[:n]
 	if len(msg) < 12 || msg[2]&0x80 == 0 {
 		return false
 	}
 	w := s.waiters[binary.BigEndian.Uint16(msg)]
-	if w == nil || msg[2]&0x78 != w.opcode || binary.BigEndian.Uint16(msg[4:]) == 1 && otherQuestion(msg, w.q) {
+	if w == nil || msg[2]&0x78 != w.opcode {
+		return false
+	}
+	other, known := false, false
+	if binary.BigEndian.Uint16(msg[4:]) == 1 {
+		other, known = otherQuestion(msg, w.q)
+	}
+	if other || !known && !cut && !mayAnswer(msg, w.q) {
 		return false
 	}
 	if len(w.ch) >= waiterQueue-1 {
@@ -345,14 +356,14 @@ func questionOf(wire []byte) []byte {
 	return wire[12:min(i+5, len(wire))]
 }
 
-// otherQuestion reports whether the reply msg, whose question count is 1, clearly asks another
-// question than q: its name, read label by label, differs in more than ASCII case, or its type or
-// class differs. A name it cannot read (cut short, compressed) is not clearly another.
-func otherQuestion(msg, q []byte) bool {
+// otherQuestion reports whether the reply msg, whose question count is 1, asks another question
+// than q: its name, read label by label, differs in more than ASCII case, or its type or class
+// differs. known is false when the name cannot be read there (cut short, compressed).
+func otherQuestion(msg, q []byte) (other, known bool) {
 	i := 12
 	for {
 		if i >= len(msg) || msg[i]&0xC0 != 0 {
-			return false
+			return false, false
 		}
 		if msg[i] == 0 {
 			break
@@ -361,11 +372,11 @@ func otherQuestion(msg, q []byte) bool {
 	}
 	end := i + 5
 	if end > len(msg) {
-		return false
+		return false, false
 	}
 	a := msg[12:end]
 	if len(a) != len(q) {
-		return true
+		return true, true
 	}
 	for k := range a {
 		x, y := a[k], q[k]
@@ -373,10 +384,29 @@ func otherQuestion(msg, q []byte) bool {
 			x, y = lower(x), lower(y)
 		}
 		if x != y {
-			return true
+			return true, true
 		}
 	}
-	return false
+	return false, true
+}
+
+// mayAnswer reports whether the query's match could take msg, a datagram with its ID and opcode
+// whose question the wire does not tell (none, several, a name not readable there): it does not
+// parse (garbage, which fails the attempt; or a reply cut mid-record with TC, asked again over
+// TCP), or it parses and answers the question q by the match's rule (answersQuestion). Only
+// replies without one plain question come here, which are rare: the answers are not unpacked.
+func mayAnswer(msg, q []byte) bool {
+	m := new(dns.Msg)
+	if m.Unpack(msg) != nil {
+		return true
+	}
+	var want dns.Question
+	name, off, err := dns.UnpackDomainName(q, 0)
+	if err != nil || off+4 != len(q) {
+		return true // our own query's question: not reached
+	}
+	want.Name, want.Qtype, want.Qclass = name, binary.BigEndian.Uint16(q[off:]), binary.BigEndian.Uint16(q[off+2:])
+	return answersQuestion(m, want)
 }
 
 func lower(c byte) byte {

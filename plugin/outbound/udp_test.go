@@ -321,6 +321,16 @@ func TestO10WrongQuestionThenTheAnswer(t *testing.T) {
 	}
 }
 
+// waitFor puts a query for name A with ID id on s, as register would, and returns it.
+func waitFor(s *udpSock, name string, id uint16) *dns.Msg {
+	q := new(dns.Msg)
+	q.SetQuestion(name, dns.TypeA)
+	q.Id = id
+	wire, _ := q.Pack()
+	s.waiters[id] = &waiter{s: s, id: id, q: questionOf(wire), ch: make(chan datagram, waiterQueue)}
+	return q
+}
+
 // A batch read (recvmmsg) that brings valid replies and garbage together: each datagram goes to the
 // query it answers or nowhere. Garbage, a datagram too short to be DNS, a query, a reply with an
 // unknown ID and a reply to another question reach nobody; the answer reaches its query; a
@@ -335,15 +345,7 @@ func TestRecvmmsgBatchMixed(t *testing.T) {
 	defer c.Close()
 	u := &upstream{}
 	s := &udpSock{u: u, c: c, waiters: map[uint16]*waiter{}}
-	qa, qb := new(dns.Msg), new(dns.Msg)
-	qa.SetQuestion("a.example.", dns.TypeA)
-	qa.Id = 100
-	qb.SetQuestion("b.example.", dns.TypeA)
-	qb.Id = 200
-	for _, q := range []*dns.Msg{qa, qb} {
-		wire, _ := q.Pack()
-		s.waiters[q.Id] = &waiter{s: s, id: q.Id, q: questionOf(wire), ch: make(chan datagram, waiterQueue)}
-	}
+	qa, qb := waitFor(s, "a.example.", 100), waitFor(s, "b.example.", 200)
 	wrongQ := qa.Copy()
 	wrongQ.Question[0].Name = "x.example."
 	big := new(dns.Msg)
@@ -662,5 +664,66 @@ func TestUDPConcurrentQueriesSpread(t *testing.T) {
 	}
 	if len(seen) < 2 || len(seen) > udpSockets {
 		t.Errorf("%d queries in flight at once left from %d source ports, want 2..%d", n, len(seen), udpSockets)
+	}
+}
+
+// O-10 (issue 13: a header-only reply is an answer only with an error rcode): datagrams with a
+// query's ID that its match can never take - header-only NOERROR, two questions - are dropped by
+// the socket's reader, not handed to the query: three of them in a batch ahead of the answer
+// would fill the places kept for its datagrams, and the answer would be dropped. A header-only
+// REFUSED, and garbage with the ID (its match fails the attempt), still reach their query.
+func TestO10ReaderDropsRepliesTheMatchRefuses(t *testing.T) {
+	u := &upstream{}
+	s := &udpSock{u: u, waiters: map[uint16]*waiter{}}
+	qa, qb := waitFor(s, "a.example.", 100), waitFor(s, "b.example.", 200)
+	header := func(id uint16, rcode byte, qd, an uint16) []byte {
+		h := make([]byte, 12)
+		binary.BigEndian.PutUint16(h, id)
+		h[2], h[3] = 0x80, rcode
+		binary.BigEndian.PutUint16(h[4:], qd)
+		binary.BigEndian.PutUint16(h[6:], an)
+		return h
+	}
+	twoQ := new(dns.Msg)
+	twoQ.SetReply(qa)
+	twoQ.Question = append(twoQ.Question, qa.Question[0])
+	twoQWire, _ := twoQ.Pack()
+	sends := [][]byte{
+		header(qa.Id, dns.RcodeSuccess, 0, 0), // header-only NOERROR: never an answer
+		header(qa.Id, dns.RcodeSuccess, 0, 0),
+		header(qa.Id, dns.RcodeSuccess, 0, 0),
+		twoQWire, // two questions: never an answer
+		answerTo(qa, qa.Id, net.IPv4(192, 0, 2, 1)),
+		append(header(qb.Id, dns.RcodeSuccess, 0, 1), 5, 'a', 'b'), // a record cut in its name: garbage
+		header(qb.Id, dns.RcodeRefused, 0, 0),                      // header-only REFUSED: an answer
+	}
+	for _, m := range sends {
+		b := dgramPool.Get().(*[]byte)
+		n := copy(*b, m)
+		if !s.deliver(b, n, false) {
+			dgramPool.Put(b)
+		}
+	}
+	want := map[uint16][]string{qa.Id: {"answer"}, qb.Id: {"garbage", "REFUSED"}}
+	for id, w := range s.waiters {
+		var saw []string
+		for len(w.ch) > 0 {
+			d := <-w.ch
+			m := new(dns.Msg)
+			switch {
+			case m.Unpack((*d.b)[:d.n]) != nil:
+				saw = append(saw, "garbage")
+			case len(m.Question) == 0:
+				saw = append(saw, dns.RcodeToString[m.Rcode])
+			case len(m.Answer) == 1:
+				saw = append(saw, "answer")
+			default:
+				saw = append(saw, "other: "+m.String())
+			}
+			dgramPool.Put(d.b)
+		}
+		if fmt.Sprint(saw) != fmt.Sprint(want[id]) {
+			t.Errorf("O-10: query %d was handed %v, want %v", id, saw, want[id])
+		}
 	}
 }

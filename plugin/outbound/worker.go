@@ -18,9 +18,12 @@ import (
 // (if any) is answered: a query still in flight at a reload is not waited for.
 const workerIdle = 10 * time.Second
 
+// serveFunc serves a query of ours; zone is the zone ServeDNS matched it in.
+type serveFunc func(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, zone string) (int, error)
+
 // workers are the worker goroutines of one block.
 type workers struct {
-	serve func(context.Context, dns.ResponseWriter, *dns.Msg) (int, error)
+	serve serveFunc
 	jobs  chan *job // unbuffered: a send succeeds only when an idle worker takes it
 
 	mu      sync.Mutex
@@ -34,6 +37,7 @@ type job struct {
 	ctx   context.Context
 	w     dns.ResponseWriter
 	r     *dns.Msg
+	zone  string
 	rc    int
 	err   error
 	panic any
@@ -45,9 +49,9 @@ var jobPool = sync.Pool{New: func() any { return &job{done: make(chan struct{}, 
 // run serves the query on a worker and returns what serve returned. A panic in serve is raised
 // again here, in the server's goroutine, where CoreDNS recovers it. After stop the query is served
 // in the caller's goroutine.
-func (ws *workers) run(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+func (ws *workers) run(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, zone string) (int, error) {
 	j := jobPool.Get().(*job)
-	j.ctx, j.w, j.r = ctx, w, r
+	j.ctx, j.w, j.r, j.zone = ctx, w, r, zone
 	select {
 	case ws.jobs <- j:
 	default:
@@ -56,7 +60,7 @@ func (ws *workers) run(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (i
 			ws.mu.Unlock()
 			j.ctx, j.w, j.r = nil, nil, nil
 			jobPool.Put(j)
-			return ws.serve(ctx, w, r)
+			return ws.serve(ctx, w, r, zone)
 		}
 		ws.mu.Unlock()
 		ws.started.Add(1)
@@ -89,14 +93,14 @@ func (ws *workers) work(j *job) {
 	}
 }
 
-func (j *job) serve(serve func(context.Context, dns.ResponseWriter, *dns.Msg) (int, error)) {
+func (j *job) serve(serve serveFunc) {
 	defer func() {
 		if p := recover(); p != nil {
 			j.panic = p
 		}
 		j.done <- struct{}{}
 	}()
-	j.rc, j.err = serve(j.ctx, j.w, j.r)
+	j.rc, j.err = serve(j.ctx, j.w, j.r, j.zone)
 }
 
 // stop ends the idle workers; a busy one ends after its query. Queries after stop are served in
@@ -110,6 +114,6 @@ func (ws *workers) stop() {
 	}
 }
 
-func newWorkers(serve func(context.Context, dns.ResponseWriter, *dns.Msg) (int, error)) *workers {
+func newWorkers(serve serveFunc) *workers {
 	return &workers{serve: serve, jobs: make(chan *job), quit: make(chan struct{})}
 }

@@ -17,7 +17,7 @@ import (
 func TestWorkersReused(t *testing.T) {
 	snapshot := goleak.IgnoreCurrent()
 	release := make(chan struct{})
-	ws := newWorkers(func(_ context.Context, _ dns.ResponseWriter, r *dns.Msg) (int, error) {
+	ws := newWorkers(func(_ context.Context, _ dns.ResponseWriter, r *dns.Msg, _ string) (int, error) {
 		if r.Id == 1 {
 			<-release
 		}
@@ -27,7 +27,7 @@ func TestWorkersReused(t *testing.T) {
 	ask := func(id uint16) int {
 		m := new(dns.Msg)
 		m.Id = id
-		rc, _ := ws.run(context.Background(), &test.ResponseWriter{}, m)
+		rc, _ := ws.run(context.Background(), &test.ResponseWriter{}, m, "example.")
 		return rc
 	}
 	for i := range 20 {
@@ -62,19 +62,19 @@ func TestWorkersReused(t *testing.T) {
 // A panic while serving a query is raised again in the server's goroutine, where CoreDNS's
 // recover turns it into SERVFAIL; it does not kill the process from a worker.
 func TestWorkerPanicReachesTheServer(t *testing.T) {
-	ws := newWorkers(func(context.Context, dns.ResponseWriter, *dns.Msg) (int, error) { panic("boom") })
+	ws := newWorkers(func(context.Context, dns.ResponseWriter, *dns.Msg, string) (int, error) { panic("boom") })
 	defer ws.stop()
 	got := func() (p any) {
 		defer func() { p = recover() }()
-		ws.run(context.Background(), &test.ResponseWriter{}, new(dns.Msg))
+		ws.run(context.Background(), &test.ResponseWriter{}, new(dns.Msg), "example.")
 		return nil
 	}()
 	if got != "boom" {
 		t.Errorf("recovered %v, want the panic of serve", got)
 	}
 	// The worker survived and serves the next query.
-	ws.serve = func(context.Context, dns.ResponseWriter, *dns.Msg) (int, error) { return 3, nil }
-	if rc, _ := ws.run(context.Background(), &test.ResponseWriter{}, new(dns.Msg)); rc != 3 {
+	ws.serve = func(context.Context, dns.ResponseWriter, *dns.Msg, string) (int, error) { return 3, nil }
+	if rc, _ := ws.run(context.Background(), &test.ResponseWriter{}, new(dns.Msg), "example."); rc != 3 {
 		t.Errorf("after a panic: %d", rc)
 	}
 }
