@@ -2,7 +2,6 @@ package healthcheck
 
 import (
 	"fmt"
-	"slices"
 	"sort"
 	"time"
 
@@ -35,16 +34,7 @@ func (f *fleet) show(v *statusview.Fleet, perRegion int) {
 	sort.Strings(names)
 	v.Members = make([]statusview.FleetMember, 0, len(names))
 	for _, n := range names {
-		m := statusview.FleetMember{Name: n, LeaseAlive: alive, Self: n == f.cfg.Replica, Regions: []string{}}
-		for _, rs := range f.mirror.members[n].Checks {
-			for _, r := range rs {
-				if !slices.Contains(m.Regions, r) {
-					m.Regions = append(m.Regions, r)
-				}
-			}
-		}
-		sort.Strings(m.Regions)
-		v.Members = append(v.Members, m)
+		v.Members = append(v.Members, statusview.FleetMember{Name: n, Regions: f.mirror.regions(n), LeaseAlive: alive, Self: n == f.cfg.Replica})
 	}
 }
 
