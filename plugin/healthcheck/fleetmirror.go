@@ -248,16 +248,21 @@ func (m *mirror) describe() string {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		var regions []string
-		for _, rs := range m.members[n].Checks {
-			for _, r := range rs {
-				if !slices.Contains(regions, r) {
-					regions = append(regions, r)
-				}
-			}
-		}
-		sort.Strings(regions)
-		fmt.Fprintf(&b, "%s (%s)", n, strings.Join(regions, " "))
+		fmt.Fprintf(&b, "%s (%s)", n, strings.Join(m.regions(n), " "))
 	}
 	return b.String()
+}
+
+// regions are the prober regions member registers over all its checks, sorted.
+func (m *mirror) regions(member string) []string {
+	regions := []string{}
+	for _, rs := range m.members[member].Checks {
+		for _, r := range rs {
+			if !slices.Contains(regions, r) {
+				regions = append(regions, r)
+			}
+		}
+	}
+	sort.Strings(regions)
+	return regions
 }

@@ -1,5 +1,11 @@
 package healthcheck
 
+import (
+	"cmp"
+	"slices"
+	"strings"
+)
+
 // chosen reports whether me is one of the n members with the highest rendezvous score for key
 // (F-2). Every replica computes it from the same member list, so they agree on who probes what
 // without talking; when a member comes or goes, only the keys it wins or held move.
@@ -43,4 +49,28 @@ func score(member, key string) uint64 {
 	h *= 0x94d049bb133111eb
 	h ^= h >> 31
 	return h
+}
+
+// choosers returns the n members for which chosen is true for key, highest score first: who
+// probes key (F-2), as every replica computes it, for the status page.
+func choosers(members []string, key string, n int) []string {
+	type scored struct {
+		s uint64
+		m string
+	}
+	xs := make([]scored, len(members))
+	for i, m := range members {
+		xs[i] = scored{score(m, key), m}
+	}
+	slices.SortFunc(xs, func(a, b scored) int {
+		if c := cmp.Compare(b.s, a.s); c != 0 {
+			return c
+		}
+		return strings.Compare(a.m, b.m)
+	})
+	out := make([]string, 0, min(n, len(xs)))
+	for _, x := range xs[:min(n, len(xs))] {
+		out = append(out, x.m)
+	}
+	return out
 }

@@ -1,9 +1,11 @@
 package healthcheck
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/coresteer/coresteer/plugin/pkg/health"
 	"github.com/coresteer/coresteer/plugin/pkg/statusview"
@@ -11,31 +13,40 @@ import (
 
 // Fill implements statusview.Provider (S-1): how this block's checks probe their targets, each
 // prober region's last result, the thresholds' progress, and its load balancers with the
-// arithmetic of their rule. It only reads.
+// arithmetic of their rule; with a fleet, the fleet's members, who probes what and what decides
+// (F-1 to F-4). It only reads.
 func (h *HealthCheck) Fill(v *statusview.View) {
 	run := h.cur.Load()
 	if run == nil {
 		return
 	}
+	if run.fleet != nil {
+		run.fleet.show(&v.Fleet, h.cfg.fleet.ReplicasPerRegion)
+	}
 	for _, ch := range h.cfg.checks {
 		h.reg.show(ch.Name, v)
 	}
+	slices.SortFunc(v.Fleet.Probes, func(a, b statusview.FleetProbe) int {
+		return cmp.Or(strings.Compare(a.Check, b.Check), strings.Compare(a.Target, b.Target))
+	})
 	for _, vs := range run.vips {
 		v.LoadBalancers = append(v.LoadBalancers, showLB(vs))
 	}
 }
 
-// show adds the probes of check to v, each under the board keys it writes.
+// show adds the probes of check to v, each under the board keys it writes, and in a fleet who
+// probes each target.
 func (r *Registry) show(check string, v *statusview.View) {
 	type probing struct {
 		p   *probe
 		run *checkRun
+		ran uint32
 	}
 	var ps []probing
 	r.mu.Lock()
 	for k, p := range r.probes {
 		if k.check == check {
-			ps = append(ps, probing{p, p.run})
+			ps = append(ps, probing{p, p.run, p.ran})
 		}
 	}
 	r.mu.Unlock()
@@ -43,6 +54,9 @@ func (r *Registry) show(check string, v *statusview.View) {
 		pv, keys := x.p.view(x.run)
 		for _, k := range keys {
 			v.AddProbe(k, pv)
+		}
+		if fr := x.run.fleet; fr != nil {
+			v.Fleet.Probes = append(v.Fleet.Probes, fr.f.who(x.run.check, pv.Target, fr.perRegion, x.ran, pv.Decides == "fleet"))
 		}
 	}
 }
@@ -87,6 +101,15 @@ func (p *probe) view(run *checkRun) (statusview.Probe, []string) {
 			}
 		}
 		out.Regions = append(out.Regions, rv)
+	}
+	if fr := run.fleet; fr != nil {
+		var fv verdict
+		out.Shared, fv = fr.f.states(pairKey{check: c.Name, target: out.Target})
+		out.Decides = "local"
+		if p.shared {
+			out.Decides = "fleet"
+			out.Progress = "the fleet decides (F-3), from the published prober states, each under its own prober's thresholds: " + fv.reason
+		}
 	}
 	keys := make([]string, 0, len(p.targets))
 	for t := range p.targets {

@@ -55,8 +55,15 @@ type Probe struct {
 	Failures   int           `json:"consecutive_failures"`
 	ToHealthy  int           `json:"healthy_threshold"`
 	ToUnhealth int           `json:"unhealthy_threshold"`
-	// Progress says in words where the thresholds stand ("1 of 3 failures to unhealthy").
+	// Progress says in words where the thresholds stand ("1 of 3 failures to unhealthy"); when
+	// the fleet decides, that it does and its verdict, not this replica's own streak.
 	Progress string `json:"progress"`
+	// Decides is, in a fleet, "fleet" when the verdict on the board is the fleet's (F-3) and
+	// "local" when it is this replica's (F-4); empty without a fleet.
+	Decides string `json:"decides,omitempty"`
+	// Shared are, in a fleet, the per-prober states the members published of the target, from
+	// which the fleet's verdict is computed (F-3).
+	Shared []SharedState `json:"shared,omitempty"`
 }
 
 // RegionProbe is one prober region's view of a target in the last round.
@@ -198,31 +205,67 @@ type Leader struct {
 
 // Fleet is the healthcheck fleet (DESIGN.md section 8) as this replica sees it. Enabled is false
 // while no healthcheck block runs a fleet: the page says "fleet off". The healthcheck block that
-// runs a fleet fills it from its Fill, like everything else: the members from their leases (F-1),
-// and for each (check, target, prober region) the members rendezvous hashing chooses (F-2); Note
-// says when the replica decides alone because etcd is unreachable (F-4).
+// runs a fleet fills it from its Fill, like everything else, from what its membership holds (no
+// request to etcd): the members from their leases (F-1), for each (check, target) and prober
+// region the members rendezvous hashing chooses (F-2), and whether the fleet's results decide
+// (F-3) or this replica decides alone, and why (F-4).
 type Fleet struct {
-	Enabled bool          `json:"enabled"`
-	Self    string        `json:"self,omitempty"`
+	Enabled           bool   `json:"enabled"`
+	Self              string `json:"self,omitempty"` // this replica's name
+	Prefix            string `json:"prefix,omitempty"`
+	ReplicasPerRegion int    `json:"replicas_per_region,omitempty"`
+	// Mode is "shared" while the fleet's results decide the checks (F-3), "fallback" while this
+	// replica probes every target and decides alone (F-4); Why says why it falls back: not
+	// joined yet, etcd unreachable, writes refused, warming up, a duplicate name.
+	Mode string `json:"mode,omitempty"`
+	Why  string `json:"why,omitempty"`
+	// Heard is when etcd's watch last answered: the view below is as of then.
+	Heard   time.Time     `json:"etcd_heard"`
 	Members []FleetMember `json:"members"`
-	// Probes says who probes what: for each (check, target, prober region), the members chosen.
+	// Probes says who probes what: for each (check, target), the members chosen in each region.
 	Probes []FleetProbe `json:"probes"`
-	Note   string       `json:"note,omitempty"` // e.g. "etcd unreachable: deciding locally (F-4)"
 }
 
-// FleetMember is one live replica of the fleet.
+// FleetMember is one replica registered in the fleet.
 type FleetMember struct {
-	Name    string    `json:"name"`
-	Region  string    `json:"region"`
-	Expires time.Time `json:"lease_expires"`
+	Name    string   `json:"name"`
+	Regions []string `json:"regions"` // the prober regions it registers, over all its checks
+	// LeaseAlive: its member key, which lives under its lease, is in etcd as this replica's
+	// current view has it; false while that view is not current (etcd unreachable).
+	LeaseAlive bool `json:"lease_alive"`
+	Self       bool `json:"self,omitempty"`
 }
 
-// FleetProbe is the members that probe one target from one prober region (F-2).
+// FleetProbe is who probes one (check, target) from which region (F-2), and what decides it.
 type FleetProbe struct {
-	Check   string   `json:"check"`
-	Target  string   `json:"target"`
+	Check  string `json:"check"`
+	Target string `json:"target"`
+	// Verdict is "fleet" when the board has the fleet's shared verdict (F-3), "local" when this
+	// replica's own thresholds decided it.
+	Verdict string        `json:"verdict"`
+	Regions []FleetRegion `json:"regions"`
+}
+
+// FleetRegion is the members that probe a target from one prober region.
+type FleetRegion struct {
 	Region  string   `json:"region"`
-	Members []string `json:"members"`
+	Members []string `json:"members"` // chosen by rendezvous hashing, highest score first
+	// Here says this replica probed from the region in its last round: a chosen member does,
+	// and in fallback every replica probes from every region of the check.
+	Here bool `json:"probed_here"`
+}
+
+// SharedState is what one member published of a target from one region (F-3): how many of its
+// probers there are healthy by their own thresholds, how many have a state, and why the first
+// unhealthy one is. The fleet's verdict is HC-2 over the states that count.
+type SharedState struct {
+	Region  string `json:"region"`
+	Member  string `json:"member"`
+	Healthy int    `json:"healthy"`
+	Decided int    `json:"decided"`
+	Failure string `json:"failure,omitempty"`
+	// Counts: the member registers the check from the region, in the process that wrote it.
+	Counts bool `json:"counts"`
 }
 
 // AddProbe attaches p to the board target named key (health.Key.String()).
