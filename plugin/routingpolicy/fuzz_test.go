@@ -4,23 +4,33 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/test"
+	"github.com/coresteer/coresteer/plugin/pkg/coretest"
+	"github.com/coresteer/coresteer/plugin/pkg/readme"
 	"github.com/coresteer/coresteer/plugin/pkg/region"
 
 	"github.com/miekg/dns"
 )
 
-// FuzzParseData: the routing-policy data-string parser never panics, and what it accepts has
-// non-empty keys and rdata.
+// FuzzParseData: the routing-policy data-string parser never panics; what it accepts has
+// non-empty keys and rdata, and round-trips: printed back (formatData) and parsed again it gives
+// the same items.
 func FuzzParseData(f *testing.F) {
-	for _, s := range []string{"1=10.0.0.1;2=10.0.0.2,10.0.0.3", "us-east1=a;europe-west2=b", ";;", "=", "1=,", "a=b=c", "1=10 mx.example.org."} {
+	for _, s := range []string{
+		"1=10.0.0.1;2=10.0.0.2,10.0.0.3", "us-east1=a;europe-west2=b", ";;", "=", "1=,", "a=b=c", "1=10 mx.example.org.",
+		"0=10.0.0.1;0=10.0.0.2", " 1 = 10.0.0.1 , 10.0.0.2 ; ", "1000=\"v=spf1 -all\"", "us-east1=10.0.1.1;europe-west2=10.0.2.1",
+		"1=10 0 53 srv.example.org.", "asia-east1=2001:db8::1,2001:db8::2",
+	} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -33,7 +43,20 @@ func FuzzParseData(f *testing.F) {
 				t.Fatalf("accepted an empty key or rdata: %q -> %+v", s, items)
 			}
 		}
+		again, err := parseData(formatData(items))
+		if err != nil || !reflect.DeepEqual(again, items) {
+			t.Fatalf("%q -> %q -> %+v, %v; want %+v", s, formatData(items), again, err, items)
+		}
 	})
+}
+
+// formatData prints items in the form parseData reads.
+func formatData(items []dataItem) string {
+	parts := make([]string, len(items))
+	for i, it := range items {
+		parts[i] = it.key + "=" + strings.Join(it.rdata, ",")
+	}
+	return strings.Join(parts, ";")
 }
 
 // FuzzRecordSets: the file loader never panics on any JSON or YAML, and what it loads answers
@@ -119,6 +142,38 @@ func FuzzZoneFile(f *testing.F) {
 	})
 }
 
+// FuzzZoneFileRoundTrip: the records of any zone file that parses, printed in their
+// presentation form (dns.RR.String) and parsed again, are the same records: the canonical form
+// of a loaded zone is a zone file that loads to it.
+func FuzzZoneFileRoundTrip(f *testing.F) {
+	for _, s := range zoneFileSeeds {
+		f.Add([]byte(s))
+	}
+	f.Add([]byte("$ORIGIN example.org.\n$TTL 60\n@ SOA ns1 h 1 2 3 4 5\ntxt TXT \"a b\" \"c\\\"d\" \"\\255\"\nmx MX 10 a\nsrv SRV 1 2 53 a\naaaa AAAA 2001:db8::1\ncaa CAA 0 issue \"ca.example.net\"\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		rrs, err := parseZoneFile(b, "fuzz", "example.org.")
+		if err != nil {
+			return
+		}
+		var text strings.Builder
+		for _, rr := range rrs {
+			text.WriteString(rr.String() + "\n")
+		}
+		again, err := parseZoneFile([]byte(text.String()), "fuzz", "example.org.")
+		if err != nil {
+			t.Fatalf("%q printed as\n%s\ndoes not parse: %v", b, text.String(), err)
+		}
+		if len(again) != len(rrs) {
+			t.Fatalf("%d records printed as\n%s\nparse as %d", len(rrs), text.String(), len(again))
+		}
+		for i := range rrs {
+			if again[i].String() != rrs[i].String() {
+				t.Fatalf("%q printed and parsed again is %q", rrs[i].String(), again[i].String())
+			}
+		}
+	})
+}
+
 // askAll asks d, through ServeDNS, every type of qtypes at every name and one label below it,
 // and checks every answer.
 func askAll(t *testing.T, d *data, loc *region.Locator, names []string, qtypes ...uint16) {
@@ -194,10 +249,10 @@ func checkAnswer(t *testing.T, d *data, q, m *dns.Msg) {
 	}
 }
 
-// FuzzServeDNS: any message to a zone with every policy kind gets an answer or an error, never a
-// panic.
-func FuzzServeDNS(f *testing.F) {
-	rp, _ := newTest(f, `routingpolicy example.org {
+// fuzzZone is the zone of FuzzServeDNS and a seed of FuzzParse: every policy kind, with and
+// without fencing, trickle and health checks, a record set at the limit of 128 items, cuts,
+// wildcards, DNAME, CNAME into a policy.
+var fuzzZone = `routingpolicy example.org {
 		public
 		region us-east1
 		subnet europe-west2 10.2.0.0/16
@@ -207,28 +262,123 @@ func FuzzServeDNS(f *testing.F) {
 		record *.wild A 60 192.0.2.2
 		record *.cwild CNAME 60 www
 		record dn DNAME 60 example.net.
+		record txt TXT 60 "two words" x
+		record @ MX 60 10 mail
 		wrr *.app A 60 "1=10.0.0.3;1=10.0.0.4"
 		wrr www A 60 "1=10.0.0.1;0=10.0.0.2"
+		wrr zero AAAA 60 "0=2001:db8::1;0=2001:db8::2"
+		wrr many A 60 "` + manyWRR(maxItems) + `"
+		wrr mx MX 60 "1=10 mail.example.org.;2=20 mail2.example.org."
 		geo geo A 60 "us-east1=10.0.1.1;europe-west2=10.0.2.1" fence
+		geo geotxt TXT 60 "us-east1=east;europe-west2=west"
 		failover fo A 60 "10.0.0.1" "us-east1=10.0.1.1" trickle 0.5
-	}`)
+		failover fo2 A 60 "10.0.0.1,10.0.0.2" "us-east1=10.0.1.1;asia-east1=10.0.3.1" fence trickle 1
+	}`
+
+// manyWRR is the data of a WRR set with n items of weight 1.
+func manyWRR(n int) string {
+	items := make([]string, n)
+	for i := range items {
+		items[i] = fmt.Sprintf("1=10.1.%d.%d", i/250, i%250+1)
+	}
+	return strings.Join(items, ";")
+}
+
+// FuzzServeDNS: any query a server accepts, to a zone with every policy kind, gets one reply
+// (coretest.Serve) that packs and unpacks, has the query's ID and question and an rcode a zone
+// answers with (coretest.CheckReply), and is what a loaded zone may answer (checkAnswer,
+// R-ZONE-3).
+func FuzzServeDNS(f *testing.F) {
+	rp, _ := newTest(f, fuzzZone)
+	rp.Next = coretest.Echo
 	for _, q := range []struct {
 		name  string
 		qtype uint16
-	}{{"www.example.org.", dns.TypeA}, {"alias.example.org.", dns.TypeA}, {"x.sub.example.org.", dns.TypeA}, {"a.b.wild.example.org.", dns.TypeA}, {"x.cwild.example.org.", dns.TypeA}, {"x.dn.example.org.", dns.TypeA}, {"x.app.example.org.", dns.TypeA}, {"geo.example.org.", dns.TypeANY}, {"x.fo.example.org.", dns.TypeAAAA}} {
+	}{
+		{"www.example.org.", dns.TypeA}, {"alias.example.org.", dns.TypeA}, {"x.sub.example.org.", dns.TypeA},
+		{"a.b.wild.example.org.", dns.TypeA}, {"x.cwild.example.org.", dns.TypeA}, {"x.dn.example.org.", dns.TypeA},
+		{"x.app.example.org.", dns.TypeA}, {"geo.example.org.", dns.TypeANY}, {"x.fo.example.org.", dns.TypeAAAA},
+		{"many.example.org.", dns.TypeA}, {"MaNy.ExAmPlE.oRg.", dns.TypeA}, {"zero.example.org.", dns.TypeAAAA},
+		{"mx.example.org.", dns.TypeMX}, {"geotxt.example.org.", dns.TypeTXT}, {"fo2.example.org.", dns.TypeA},
+		{"example.org.", dns.TypeAXFR}, {"example.org.", dns.TypeSOA}, {"nx.example.org.", dns.TypeA},
+		{"other.net.", dns.TypeA},
+	} {
 		m := new(dns.Msg)
 		m.SetQuestion(q.name, q.qtype)
 		m.SetEdns0(1232, true)
 		b, _ := m.Pack()
 		f.Add(b)
 	}
-	f.Fuzz(func(_ *testing.T, b []byte) {
-		m := new(dns.Msg)
-		if m.Unpack(b) != nil || len(m.Question) != 1 {
+	ecs := new(dns.Msg)
+	ecs.SetQuestion("geo.example.org.", dns.TypeA)
+	ecs.SetEdns0(1232, false)
+	ecs.IsEdns0().Option = append(ecs.IsEdns0().Option, &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: 1, SourceNetmask: 24, Address: net.IPv4(10, 2, 3, 0)})
+	b, _ := ecs.Pack()
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		q, ok := coretest.Query(b)
+		if !ok {
 			return
 		}
-		rec := dnstest.NewRecorder(&test.ResponseWriter{RemoteIP: "10.2.3.4"})
-		rp.ServeDNS(context.Background(), rec, m)
+		m, err := coretest.Serve(context.Background(), rp, q, "10.2.3.4")
+		if err == nil {
+			err = coretest.CheckReply(q, m, dns.RcodeSuccess, dns.RcodeNameError, dns.RcodeServerFailure, dns.RcodeYXDomain, dns.RcodeRefused)
+		}
+		if err != nil {
+			t.Fatalf("%v\nquery:\n%v\nreply:\n%v", err, q, m)
+		}
+		if m.Authoritative || m.Rcode == dns.RcodeNameError {
+			checkAnswer(t, rp.data.Load(), q, m)
+		}
+	})
+}
+
+// FuzzParse: a routingpolicy block either fails to parse with an error that says where
+// (Testfile:LINE, the line of the property), or gives configurations whose inline data either
+// fails to load or loads into zones that answer every name they hold with the properties of a
+// loaded zone (checkAnswer, R-ZONE-3). Seeds: every README example and a zone with every kind.
+func FuzzParse(f *testing.F) {
+	blocks, err := readme.Directive("README.md", "routingpolicy")
+	if err != nil || len(blocks) == 0 {
+		f.Fatalf("README blocks: %v", err)
+	}
+	for _, s := range append(blocks, fuzzZone,
+		"routingpolicy example.org {\nzonefile db.example.org\nrecordsets rs.yaml\nreload 0\nfallthrough\nlog\n}",
+		"routingpolicy 10.in-addr.arpa {\nwrr 1.0.0 TXT 60 \"1=hello\"\n}",
+		"routingpolicy {\nwrr www A 60 \"1=10.0.0.1\"\ngeo www A 60 \"us-east1=10.0.0.2\"\n}",
+		"routingpolicy example.org {\ncoordinates edge 1.5 2.5\nsubnet edge 10.9.0.0/16\ngeo g A 60 \"edge=10.0.0.1;us-east1=10.0.0.2\"\n}",
+		"routingpolicy example.org {\nrecord a CNAME 60 b\nrecord b CNAME 60 a\n}",
+	) {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		c := caddy.NewTestController("dns", in)
+		c.ServerBlockKeys = []string{"example.org."}
+		cfgs, err := parse(c)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "Testfile:") {
+				t.Fatalf("%q: the error %q does not say where", in, err)
+			}
+			return
+		}
+		for _, cfg := range cfgs {
+			if len(cfg.Zones) == 0 || cfg.Locator == nil {
+				t.Fatalf("%q: parsed with no zone or no locator: %+v", in, cfg)
+			}
+			cfg.ZoneFile, cfg.RecordSets = "", "" // no files: the inline data
+			d, err := cfg.load(fixedNow)
+			if err != nil {
+				continue
+			}
+			var names []string
+			for _, s := range cfg.Sets {
+				names = append(names, s.name)
+			}
+			for _, rr := range cfg.Records {
+				names = append(names, rr.Header().Name)
+			}
+			askAll(t, d, cfg.Locator, names, dns.TypeA, dns.TypeAAAA, dns.TypeTXT, dns.TypeNS, dns.TypeCNAME)
+		}
 	})
 }
 
