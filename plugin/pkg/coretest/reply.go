@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"testing"
 
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
@@ -103,3 +104,29 @@ var Echo = test.HandlerFunc(func(_ context.Context, w dns.ResponseWriter, r *dns
 	m.SetReply(r)
 	return dns.RcodeSuccess, w.WriteMsg(m)
 })
+
+// FuzzPassThrough is the ServeDNS fuzz target of a plugin that answers no query itself: h, with
+// Echo as its next plugin, takes any query a server accepts and the next plugin's reply reaches
+// the client, one reply with the query's ID and question.
+func FuzzPassThrough(f *testing.F, h plugin.Handler) {
+	for _, qt := range []uint16{dns.TypeA, dns.TypeAXFR, dns.TypeANY} {
+		m := new(dns.Msg)
+		m.SetQuestion("www.example.org.", qt)
+		m.SetEdns0(1232, true)
+		b, _ := m.Pack()
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, wire []byte) {
+		q, ok := Query(wire)
+		if !ok {
+			return
+		}
+		m, err := Serve(context.Background(), h, q, "10.0.0.1")
+		if err == nil {
+			err = CheckReply(q, m, dns.RcodeSuccess)
+		}
+		if err != nil {
+			t.Fatalf("%v\nquery:\n%v\nreply:\n%v", err, q, m)
+		}
+	})
+}
