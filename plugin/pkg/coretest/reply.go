@@ -116,17 +116,25 @@ func FuzzPassThrough(f *testing.F, h plugin.Handler) {
 		b, _ := m.Pack()
 		f.Add(b)
 	}
-	f.Fuzz(func(t *testing.T, wire []byte) {
-		q, ok := Query(wire)
-		if !ok {
-			return
-		}
-		m, err := Serve(context.Background(), h, q, "10.0.0.1")
-		if err == nil {
-			err = CheckReply(q, m, dns.RcodeSuccess)
-		}
-		if err != nil {
-			t.Fatalf("%v\nquery:\n%v\nreply:\n%v", err, q, m)
-		}
-	})
+	f.Fuzz(func(t *testing.T, wire []byte) { FuzzServe(t, h, wire, "10.0.0.1", dns.RcodeSuccess) })
+}
+
+// FuzzServe is the body of a ServeDNS fuzz target: it takes wire as a server would (Query), has
+// h answer it from the client address from (Serve) and checks the reply (CheckReply with the
+// allowed rcodes). It returns the query and the reply, or nils when a server would not pass wire
+// to a plugin.
+func FuzzServe(t *testing.T, h plugin.Handler, wire []byte, from string, allowed ...int) (q, m *dns.Msg) {
+	t.Helper()
+	q, ok := Query(wire)
+	if !ok {
+		return nil, nil
+	}
+	m, err := Serve(context.Background(), h, q, from)
+	if err == nil {
+		err = CheckReply(q, m, allowed...)
+	}
+	if err != nil {
+		t.Fatalf("%v\nquery:\n%v\nreply:\n%v", err, q, m)
+	}
+	return q, m
 }
