@@ -500,6 +500,11 @@ func newRR(name string, ttl uint32, qtype uint16, rdata, origin string) (dns.RR,
 // its type needs some: the zone parser accepts `a CNAME` with nothing after it (as dynamic updates
 // write deletions), which file loads and answers with an empty CNAME no resolver can use.
 func packable(rr dns.RR) error {
+	// miekg/dns packs an owner name longer than a name may be, and then cannot read it back
+	// (nor could a resolver), which also hid the missing rdata below from this check.
+	if wireLen(rr.Header().Name) > maxNameLen {
+		return fmt.Errorf("the owner name is longer than %d octets", maxNameLen)
+	}
 	buf := make([]byte, 2*dns.Len(rr)+64)
 	off, err := dns.PackRR(rr, buf, 0, nil, false)
 	if err == dns.ErrBuf {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/miekg/dns"
@@ -53,7 +54,7 @@ func parseZoneFile(b []byte, file, origin string) ([]dns.RR, error) {
 		// R-ZONE-3: miekg/dns takes a last line cut short at the end of the file (`www MX`, no
 		// newline) as a dynamic-update record with empty fields (MX 0 with no exchange), and
 		// refuses the same line anywhere else: end the file as every other line ends.
-		b = append(b[:len(b):len(b)], '\n')
+		b = append(slices.Clip(b), '\n')
 	}
 	zp := dns.NewZoneParser(bytes.NewReader(b), origin, file)
 	zp.SetIncludeAllowed(false)

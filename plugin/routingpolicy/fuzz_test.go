@@ -325,6 +325,24 @@ func TestZoneFileCutLastLine(t *testing.T) {
 	}
 }
 
+// TestZoneOwnerTooLong: R-ZONE-3, found by FuzzZoneFileRoundTrip (corpus entry
+// owner-256-octets-no-rdata): an owner name of 256 octets loaded, since miekg/dns packs it, and
+// with it an A record with no address, since packable's check for missing rdata could not read
+// the name back. Both are refused, the name first.
+func TestZoneOwnerTooLong(t *testing.T) {
+	owner := strings.Repeat("0", 59) + "." + strings.Repeat("0", 63) + "." + strings.Repeat("0", 63) + "." + strings.Repeat("0", 54)
+	for _, in := range []string{"$TTL 60\n" + owner + " A", "$TTL 60\n" + owner + " A 192.0.2.1\n"} {
+		rrs, err := parseZoneFile([]byte(in), "fuzz", "example.org.")
+		if err != nil {
+			t.Fatalf("%q: %v", in, err)
+		}
+		_, err = build([]string{"example.org."}, mustLocator(t), rrs, nil, fixedNow)
+		if err == nil || !strings.Contains(err.Error(), "longer than 255 octets") {
+			t.Errorf("%q: %v, want an error about the owner's length", in, err)
+		}
+	}
+}
+
 // FuzzServeDNS: any query a server accepts, to a zone with every policy kind, gets one reply
 // (coretest.Serve) that packs and unpacks, has the query's ID and question and an rcode a zone
 // answers with (coretest.CheckReply), and is what a loaded zone may answer (checkAnswer,
