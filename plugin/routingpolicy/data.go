@@ -514,6 +514,11 @@ func packable(rr dns.RR) error {
 	if err != nil {
 		return fmt.Errorf("the record cannot be written in a message: %v", err)
 	}
+	// Names in rdata longer than a name may be (a relative CNAME target completed with the
+	// origin) pack too, and no one can read them.
+	if _, _, err := dns.UnpackRR(buf[:off], 0); err != nil {
+		return fmt.Errorf("the record cannot be read back from a message: %v", err)
+	}
 	switch rr.Header().Rrtype {
 	case dns.TypeNULL, dns.TypeAPL: // their rdata may be empty (RFC 1035 3.3.10, RFC 3123 4)
 	default:

@@ -343,6 +343,21 @@ func TestZoneOwnerTooLong(t *testing.T) {
 	}
 }
 
+// TestZoneRdataNameTooLong: R-ZONE-3, found by FuzzZoneFileRoundTrip (corpus entry
+// cname-target-over-255-octets): a relative CNAME target that the origin makes longer than 255
+// octets loaded (miekg/dns packs it) and was served as a record no resolver can read.
+func TestZoneRdataNameTooLong(t *testing.T) {
+	target := strings.Repeat("0", 51) + "." + strings.Repeat("0", 63) + "." + strings.Repeat("0", 63) + "." + strings.Repeat("0", 52)
+	rrs, err := parseZoneFile([]byte("$ORIGIN 00000000000\n$TTL 0\n0 CNAME "+target), "fuzz", "example.org.")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = build([]string{"example.org."}, mustLocator(t), rrs, nil, fixedNow)
+	if err == nil || !strings.Contains(err.Error(), "cannot be read back") {
+		t.Fatalf("%v, want an error about a record that cannot be read back", err)
+	}
+}
+
 // FuzzServeDNS: any query a server accepts, to a zone with every policy kind, gets one reply
 // (coretest.Serve) that packs and unpacks, has the query's ID and question and an rcode a zone
 // answers with (coretest.CheckReply), and is what a loaded zone may answer (checkAnswer,
