@@ -11,7 +11,7 @@ GOLANGCI    := $(TOOLS)/golangci-lint
 GOLANGCI_V  := v2.15.0
 TEST_FLAGS  ?= -race -timeout 20m
 
-.PHONY: build build-slim run test vet lint unit bench bench-go demo clean
+.PHONY: build build-slim run test vet lint unit fuzz bench bench-go demo clean
 
 ## build: the custom coredns binary, at bin/coredns.
 build:
@@ -33,6 +33,13 @@ vet:
 
 unit:
 	$(GO) test $(TEST_FLAGS) ./...
+
+## fuzz: every fuzz target of ./plugin/..., one at a time, for $(FUZZTIME) each (FUZZTIME=30m make
+## fuzz); what the fuzzer finds is kept in each package's testdata/fuzz/FuzzX/, which plain
+## `go test` (make test) runs. See FUZZING.md.
+FUZZTIME    ?= 1m
+fuzz:
+	FUZZTIME=$(FUZZTIME) test/fuzz ./plugin/...
 
 ## lint: golangci-lint v2 with a configuration close to CoreDNS's own.
 lint: $(GOLANGCI)

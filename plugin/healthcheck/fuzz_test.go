@@ -1,24 +1,88 @@
 package healthcheck
 
 import (
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/plugin"
+	"github.com/coresteer/coresteer/plugin/pkg/coretest"
+	"github.com/coresteer/coresteer/plugin/pkg/readme"
 )
 
-// FuzzParse: no input makes the parser panic.
+// FuzzParse: a healthcheck block either fails with an error that says where (Testfile:LINE, the
+// line of the property) or once per server block, or gives checks and load balancers that keep
+// every rule parse enforces: a valid unique name, a port, an interval of 1s..300s (HC-1) above
+// a positive timeout, thresholds and probers in range, at least one prober region (HC-2), HTTP
+// properties on HTTP checks only, tls_verify on HTTPS only, unique VIPs whose backends name a
+// check and whose threshold is a percentage (HC-4). Seeds: every README example and the shapes of
+// the setup tests.
 func FuzzParse(f *testing.F) {
-	for _, s := range []string{
+	blocks, err := readme.Directive("README.md", "healthcheck")
+	if err != nil || len(blocks) == 0 {
+		f.Fatalf("README blocks: %v", err)
+	}
+	for _, s := range append(blocks,
 		"healthcheck {\ncheck web {\nprotocol https\nport 443\nprober us-east1 127.0.0.2\n}\n}",
 		"healthcheck {\nloadbalancer 10.0.0.1 {\nbackends 10.0.0.2 [::1]:80\ncheck web\nthreshold 50%\n}\ncheck web\n}",
 		"healthcheck {\ncheck web {\n{\n}\n}",
 		"healthcheck {\ncheck",
 		"healthcheck {\ncoordinates x 1 2\nlog\nready_wait off\n}",
 		"healthcheck {\ncheck web\nfleet etcd http://127.0.0.1:2379 {\nprefix /a\nreplica r1\nreplicas_per_region 1\ntimeout 1s\ncredentials u p\n}\n}",
-	} {
+		"healthcheck {\ncheck h {\nprotocol http\npath /healthz\nhost www.example.org\ncontent ok\ninterval 10s\ntimeout 2s\nhealthy_threshold 3\nunhealthy_threshold 1\nprober us-east1 10.0.0.1\nprober us-east1 10.0.0.2\nprober edge\nprobers_per_region 3\n}\ncoordinates edge 10 20\n}",
+		"healthcheck {\ncheck s {\nprotocol https\ntls_verify\ntimeout 30s\ninterval 300s\n}\n}",
+		"healthcheck\nhealthcheck",
+	) {
 		f.Add(s)
 	}
-	f.Fuzz(func(_ *testing.T, in string) {
-		parse(caddy.NewTestController("dns", in))
+	f.Fuzz(func(t *testing.T, in string) {
+		cfg, err := parse(caddy.NewTestController("dns", in))
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "Testfile:") && !errors.Is(err, plugin.ErrOnce) {
+				t.Fatalf("%q: the error %q does not say where", in, err)
+			}
+			return
+		}
+		fail := func(what string, args ...any) {
+			t.Helper()
+			t.Fatalf("%q parsed, but "+what, append([]any{in}, args...)...)
+		}
+		names := map[string]bool{}
+		for _, ch := range cfg.checks {
+			switch {
+			case !checkName.MatchString(ch.Name) || names[ch.Name]:
+				fail("with the check name %q", ch.Name)
+			case ch.Port == 0:
+				fail("with port 0")
+			case ch.Interval < minInterval || ch.Interval > maxInterval || ch.Timeout <= 0 || ch.Timeout >= ch.Interval:
+				fail("with interval %s and timeout %s (HC-1)", ch.Interval, ch.Timeout)
+			case ch.HealthyThreshold < 1 || ch.HealthyThreshold > maxThreshold || ch.UnhealthyThreshold < 1 || ch.UnhealthyThreshold > maxThreshold:
+				fail("with thresholds %d and %d", ch.HealthyThreshold, ch.UnhealthyThreshold)
+			case len(ch.Regions) == 0 || len(ch.Regions) > maxRegions || ch.ProbersPerRegion < 1 || ch.ProbersPerRegion > maxProbers:
+				fail("with %d regions of %d probers (HC-2)", len(ch.Regions), ch.ProbersPerRegion)
+			case ch.Protocol == TCP && (ch.Host != "" || ch.Content != "" || ch.Path != "/"):
+				fail("with HTTP properties on a TCP check")
+			case ch.TLSVerify && ch.Protocol != HTTPS:
+				fail("with tls_verify on protocol %s", ch.Protocol)
+			}
+			names[ch.Name] = true
+		}
+		vips := map[string]bool{}
+		for _, lb := range cfg.lbs {
+			switch {
+			case vips[lb.VIP.String()]:
+				fail("with the loadbalancer %s twice", lb.VIP)
+			case len(lb.Backends) > 0 && lb.Check == "":
+				fail("with backends and no check (loadbalancer %s)", lb.VIP)
+			case lb.Threshold < 0 || lb.Threshold > 100:
+				fail("with threshold %d (HC-4)", lb.Threshold)
+			}
+			vips[lb.VIP.String()] = true
+		}
 	})
 }
+
+// FuzzServeDNS: healthcheck answers no query; any query a server accepts is passed on, and the
+// reply of the next plugin reaches the client unchanged.
+func FuzzServeDNS(f *testing.F) { coretest.FuzzPassThrough(f, &HealthCheck{Next: coretest.Echo}) }

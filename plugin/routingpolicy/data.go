@@ -516,6 +516,11 @@ func newRR(name string, ttl uint32, qtype uint16, rdata, origin string) (dns.RR,
 // its type needs some: the zone parser accepts `a CNAME` with nothing after it (as dynamic updates
 // write deletions), which file loads and answers with an empty CNAME no resolver can use.
 func packable(rr dns.RR) error {
+	// miekg/dns packs an owner name longer than a name may be, and then cannot read it back
+	// (nor could a resolver), which also hid the missing rdata below from this check.
+	if wireLen(rr.Header().Name) > maxNameLen {
+		return fmt.Errorf("the owner name is longer than %d octets", maxNameLen)
+	}
 	buf := make([]byte, 2*dns.Len(rr)+64)
 	off, err := dns.PackRR(rr, buf, 0, nil, false)
 	if err == dns.ErrBuf {
@@ -524,6 +529,11 @@ func packable(rr dns.RR) error {
 	}
 	if err != nil {
 		return fmt.Errorf("the record cannot be written in a message: %v", err)
+	}
+	// Names in rdata longer than a name may be (a relative CNAME target completed with the
+	// origin) pack too, and no one can read them.
+	if _, _, err := dns.UnpackRR(buf[:off], 0); err != nil {
+		return fmt.Errorf("the record cannot be read back from a message: %v", err)
 	}
 	switch rr.Header().Rrtype {
 	case dns.TypeNULL, dns.TypeAPL: // their rdata may be empty (RFC 1035 3.3.10, RFC 3123 4)

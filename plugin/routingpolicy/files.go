@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/miekg/dns"
@@ -49,6 +50,12 @@ func (cfg *Config) load(now time.Time) (*data, error) {
 
 // parseZoneFile reads an RFC 1035 master file. Relative names are relative to origin.
 func parseZoneFile(b []byte, file, origin string) ([]dns.RR, error) {
+	if len(b) > 0 && b[len(b)-1] != '\n' {
+		// R-ZONE-3: miekg/dns takes a last line cut short at the end of the file (`www MX`, no
+		// newline) as a dynamic-update record with empty fields (MX 0 with no exchange), and
+		// refuses the same line anywhere else: end the file as every other line ends.
+		b = append(slices.Clip(b), '\n')
+	}
 	zp := dns.NewZoneParser(bytes.NewReader(b), origin, file)
 	zp.SetIncludeAllowed(false)
 	var out []dns.RR

@@ -1,12 +1,14 @@
 package udpbatch
 
 import (
+	"errors"
 	"net"
 	"strings"
 	"testing"
 
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/plugin"
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 
 	"golang.org/x/net/ipv4"
@@ -87,13 +89,32 @@ func TestSetupRefusesShed(t *testing.T) {
 	}
 }
 
+// FuzzParse: the directive either fails with an error that says where (Testfile:LINE) or once
+// per server block, or gives a batch size of 1..1024 (one sendmmsg's most).
 func FuzzParse(f *testing.F) {
-	for _, s := range []string{"udpbatch", "udpbatch 64", "udpbatch 0", "udpbatch {\n}", "udpbatch 1 2"} {
+	for _, s := range []string{"udpbatch", "udpbatch 64", "udpbatch 0", "udpbatch {\n}", "udpbatch 1 2", "udpbatch 1024", "udpbatch 1025", "udpbatch\nudpbatch", "udpbatch -1"} {
 		f.Add(s)
 	}
-	f.Fuzz(func(_ *testing.T, in string) {
-		parse(caddy.NewTestController("dns", in)) // must not panic
+	f.Fuzz(func(t *testing.T, in string) {
+		u, err := parse(caddy.NewTestController("dns", in))
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "Testfile:") && !errors.Is(err, plugin.ErrOnce) {
+				t.Fatalf("%q: the error %q does not say where", in, err)
+			}
+			return
+		}
+		if u.Max < 1 || u.Max > maxMax {
+			t.Fatalf("%q parsed with a batch of %d, want 1..%d", in, u.Max, maxMax)
+		}
 	})
+}
+
+// FuzzServeDNS: udpbatch answers no query; any query a server accepts is passed on, and the
+// reply of the next plugin reaches the client.
+func FuzzServeDNS(f *testing.F) {
+	u := New()
+	u.Next = coretest.Echo
+	coretest.FuzzPassThrough(f, u)
 }
 
 // replyOOB takes whatever control message a query came with: it never panics, and what it

@@ -26,3 +26,19 @@ func TestSnippets(t *testing.T) {
 		t.Fatal("an unclosed block was accepted")
 	}
 }
+
+func TestDirective(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "README.md")
+	doc := "~~~ corefile\nexample.org {\n    whoami\n    p zone {\n        txt \"two words\" \"\"\n    }\n}\n~~~\n\n~~~ corefile\n. {\n    p\n}\n~~~\n"
+	if err := os.WriteFile(p, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Directive(p, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"p zone {\ntxt \"two words\" \"\"\n}\n", "p\n"}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("Directive = %q, want %q", got, want)
+	}
+}
