@@ -44,19 +44,21 @@ func cfg(t *testing.T) (directives, packages []string) {
 	return directives, packages
 }
 
-// main.go imports exactly the plugins plugin.cfg lists, so the file an operator copies from is
-// the build we test.
+// main.go and cmd/internal/server (our plugins, shared by both builds) import exactly the plugins
+// plugin.cfg lists, so the file an operator copies from is the build we test.
 func TestImportsArePluginCfg(t *testing.T) {
 	_, want := cfg(t)
-	f, err := parser.ParseFile(token.NewFileSet(), "main.go", nil, parser.ImportsOnly)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var got []string
-	for _, imp := range f.Imports {
-		p, _ := strconv.Unquote(imp.Path.Value)
-		if imp.Name != nil && imp.Name.Name == "_" {
-			got = append(got, p)
+	for _, file := range []string{"main.go", "../internal/server/server.go"} {
+		f, err := parser.ParseFile(token.NewFileSet(), file, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			if imp.Name != nil && imp.Name.Name == "_" {
+				got = append(got, p)
+			}
 		}
 	}
 	slices.Sort(got)

@@ -6,12 +6,6 @@ import (
 	_ "github.com/coredns/coredns/core/plugin" // Every in-tree CoreDNS plugin.
 
 	"github.com/coresteer/coresteer/cmd/internal/server"
-	_ "github.com/coresteer/coresteer/plugin/healthcheck"
-	_ "github.com/coresteer/coresteer/plugin/outbound"
-	_ "github.com/coresteer/coresteer/plugin/pschealth"
-	_ "github.com/coresteer/coresteer/plugin/routingpolicy"
-	_ "github.com/coresteer/coresteer/plugin/status"
-	_ "github.com/coresteer/coresteer/plugin/udpbatch"
 )
 
 func main() { server.Run() }
