@@ -89,7 +89,7 @@ func (ws *workers) work(j *job) {
 	idle := time.NewTimer(workerIdle)
 	defer idle.Stop()
 	for {
-		j.rc, j.err, j.panic = serveOne(ws.serve, j)
+		j.serve(ws.serve)
 		// Ready again before the caller learns the answer: the query it sends next finds us.
 		stay := ws.idle(in)
 		j.done <- struct{}{}
@@ -111,11 +111,10 @@ func (ws *workers) work(j *job) {
 	}
 }
 
-// serveOne serves j and recovers a panic of serve, which run raises again in the caller.
-func serveOne(serve serveFunc, j *job) (rc int, err error, p any) {
-	defer func() { p = recover() }()
-	rc, err = serve(j.ctx, j.w, j.r, j.zone)
-	return rc, err, nil
+// serve serves j and keeps a panic of serve, which run raises again in the caller.
+func (j *job) serve(serve serveFunc) {
+	defer func() { j.panic = recover() }()
+	j.rc, j.err = serve(j.ctx, j.w, j.r, j.zone)
 }
 
 // idle puts the worker's channel on the ready stack and reports true, or false once the block
@@ -148,7 +147,7 @@ func (ws *workers) leave(in chan *job) bool {
 }
 
 // stop ends the idle workers; a busy one ends after its query. Queries after stop are served in
-// their own goroutine.
+// the caller's goroutine.
 func (ws *workers) stop() {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
