@@ -7,7 +7,6 @@ import (
 
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/plugin"
-	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 	"github.com/coresteer/coresteer/plugin/pkg/readme"
 )
 
@@ -82,7 +81,3 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
-
-// FuzzServeDNS: healthcheck answers no query; any query a server accepts is passed on, and the
-// reply of the next plugin reaches the client unchanged.
-func FuzzServeDNS(f *testing.F) { coretest.FuzzPassThrough(f, &HealthCheck{Next: coretest.Echo}) }

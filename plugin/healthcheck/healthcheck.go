@@ -8,13 +8,9 @@
 package healthcheck
 
 import (
-	"context"
 	"sync/atomic"
 
-	"github.com/coredns/coredns/plugin"
 	"github.com/coresteer/coresteer/plugin/pkg/health"
-
-	"github.com/miekg/dns"
 )
 
 // HealthCheck is one healthcheck block. It probes the targets that consumers of its checks want
@@ -28,14 +24,7 @@ type HealthCheck struct {
 	gen    uint64 // the instance's lifecycle.Generation: the newest writes the VIPs
 
 	cur atomic.Pointer[running] // set between OnStartup and OnShutdown
-
-	Next plugin.Handler
 }
 
-// ServeDNS passes every query on: healthcheck only writes the health board.
-func (h *HealthCheck) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
-	return plugin.NextOrFailure(h.Name(), h.Next, ctx, w, r)
-}
-
-// Name implements the plugin.Handler interface.
+// Name is the plugin's name.
 func (h *HealthCheck) Name() string { return "healthcheck" }

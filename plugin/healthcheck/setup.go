@@ -10,11 +10,11 @@ import (
 	"time"
 
 	"github.com/coredns/caddy"
-	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 	"github.com/coresteer/coresteer/plugin/pkg/health"
 	"github.com/coresteer/coresteer/plugin/pkg/lifecycle"
+	"github.com/coresteer/coresteer/plugin/pkg/passive"
 	"github.com/coresteer/coresteer/plugin/pkg/region"
 	"github.com/coresteer/coresteer/plugin/pkg/statusview"
 )
@@ -50,10 +50,8 @@ func setup(c *caddy.Controller) error {
 
 	lifecycle.Hook(c, h.OnStartup, h.OnShutdown)
 	statusview.Register(c, h)
-	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
-		h.Next = next
-		return h
-	})
+	// healthcheck answers no query: its handler is only where ready finds it (passive.Add).
+	passive.Add(c, h.Name(), h.Ready)
 	return nil
 }
 

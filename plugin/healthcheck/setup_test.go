@@ -6,7 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"fmt"
+
 	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/plugin/test"
+	"github.com/miekg/dns"
 )
 
 func TestParseDefaults(t *testing.T) {
@@ -155,5 +160,25 @@ func TestParseErrors(t *testing.T) {
 				t.Fatalf("error %q, want it to contain %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// healthcheck answers no query: the one handler setup adds is where the ready plugin finds it
+// (H-2), named healthcheck and asking its Ready, and a query goes straight to the next plugin.
+func TestSetupAddsAPassiveHandler(t *testing.T) {
+	c := caddy.NewTestController("dns", "healthcheck {\ncheck web {\nprotocol tcp\nport 80\n}\n}")
+	if err := setup(c); err != nil {
+		t.Fatal(err)
+	}
+	conf := dnsserver.GetConfig(c)
+	if n := len(conf.Plugin); n != 1 {
+		t.Fatalf("setup added %d handlers to the chain, want 1", n)
+	}
+	h := conf.Plugin[0](test.NextHandler(dns.RcodeSuccess, nil))
+	if _, ok := h.(interface{ Ready() bool }); !ok || h.Name() != "healthcheck" {
+		t.Errorf("handler %T named %q: want one named healthcheck with Ready", h, h.Name())
+	}
+	if got := fmt.Sprintf("%T", h); got != "*passive.handler" {
+		t.Errorf("handler %T: want passive's, which adds no step to the query path", h)
 	}
 }

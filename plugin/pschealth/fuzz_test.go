@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/coredns/caddy"
-	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 	"github.com/coresteer/coresteer/plugin/pkg/readme"
 )
 
@@ -79,7 +78,3 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
-
-// FuzzServeDNS: pschealth answers no query; any query a server accepts is passed on, and the
-// reply of the next plugin reaches the client unchanged.
-func FuzzServeDNS(f *testing.F) { coretest.FuzzPassThrough(f, &PSCHealth{Next: coretest.Echo}) }

@@ -3,23 +3,19 @@
 // whose state is published on the health board under a destination address (P-4), where
 // routingpolicy and outbound see it like any health-checked address.
 //
-// pschealth answers no query: its handler passes every query on. It reads the state of the
-// backends that healthcheck probes, recomputes when the board tells it something changed, and
+// pschealth answers no query: its handler (plugin/pkg/passive) is the next plugin's. It reads
+// the state of the backends that healthcheck probes, recomputes when the board tells it something changed, and
 // writes the composite state under the destination. The design and the rules its tests name (P-1
 // to P-6, H-1 to H-6) are in docs/DESIGN.md of the repository.
 package pschealth
 
 import (
-	"context"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/coredns/coredns/plugin"
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 	"github.com/coresteer/coresteer/plugin/pkg/health"
-
-	"github.com/miekg/dns"
 )
 
 var log = clog.NewWithPlugin(pluginName)
@@ -46,8 +42,6 @@ type PSCHealth struct {
 	// seen counts the backend changes notified, evaluated the count the last evaluation had
 	// seen when it started: evaluated >= seen means every change so far is reflected.
 	seen, evaluated atomic.Int64
-
-	Next plugin.Handler
 }
 
 // New returns a PSCHealth for cfg that reads and writes board. Nothing runs before OnStartup.
@@ -55,12 +49,7 @@ func New(cfg *Config, board *health.Board) *PSCHealth {
 	return &PSCHealth{cfg: cfg, board: board, memory: memoryOf(board), demand: health.NewDemand()}
 }
 
-// ServeDNS passes the query on: pschealth only writes health state.
-func (p *PSCHealth) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
-	return plugin.NextOrFailure(p.Name(), p.Next, ctx, w, r)
-}
-
-// Name implements plugin.Handler.
+// Name is the plugin's name.
 func (p *PSCHealth) Name() string { return pluginName }
 
 // memories holds, per board, the board of dry-run composite states, so a reload does not

@@ -8,10 +8,10 @@ import (
 	"strings"
 
 	"github.com/coredns/caddy"
-	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
 	"github.com/coresteer/coresteer/plugin/pkg/health"
 	"github.com/coresteer/coresteer/plugin/pkg/lifecycle"
+	"github.com/coresteer/coresteer/plugin/pkg/passive"
 	"github.com/coresteer/coresteer/plugin/pkg/statusview"
 )
 
@@ -20,26 +20,29 @@ const pluginName = "pschealth"
 func init() { plugin.Register(pluginName, setup) }
 
 func setup(c *caddy.Controller) error {
+	_, err := setupBlock(c)
+	return err
+}
+
+// setupBlock sets up the pschealth block of c and returns its instance. pschealth answers no
+// query: its handler is only where ready finds it (passive.Add).
+func setupBlock(c *caddy.Controller) (*PSCHealth, error) {
 	d := health.DemandOf(c)
 	cfg, err := parse(c, d)
 	if err != nil {
-		return plugin.Error(pluginName, err)
+		return nil, plugin.Error(pluginName, err)
 	}
 	// P-5 across server blocks: one destination, one name, per Corefile.
 	if err := registryOf(c).claim(cfg); err != nil {
-		return plugin.Error(pluginName, err)
+		return nil, plugin.Error(pluginName, err)
 	}
 	p := New(cfg, health.Default)
 	p.demand = d // the backends are wanted from OnStartup on
 	p.gen = lifecycle.Generation(c)
 	lifecycle.Hook(c, p.OnStartup, p.OnShutdown)
 	statusview.Register(c, p)
-
-	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
-		p.Next = next
-		return p
-	})
-	return nil
+	passive.Add(c, pluginName, p.Ready)
+	return p, nil
 }
 
 // checks is what parse needs to know about the healthcheck checks of the instance;

@@ -6,9 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"fmt"
+
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/plugin/test"
 	"github.com/coresteer/coresteer/plugin/pkg/health"
+	"github.com/miekg/dns"
 )
 
 type fakeChecks map[string]bool
@@ -213,14 +217,21 @@ func TestSetupWantsBackends(t *testing.T) {
 	c = caddy.NewTestController("dns", "pschealth {\nsource s {\nbackends 127.0.0.1 127.0.0.2:8080\ncheck web\n}\ncomposite c {\nsources s\ndestination 127.0.9.1\n}\n}")
 	d := health.DemandOf(c)
 	d.DefineCheck("web")
-	if err := setup(c); err != nil {
+	p, err := setupBlock(c)
+	if err != nil {
 		t.Fatal(err)
+	}
+	// pschealth answers no query: its one handler is passive's, where ready finds it and that
+	// adds no step to the query path.
+	if hs := dnsserver.GetConfig(c).Plugin; len(hs) != 1 {
+		t.Errorf("setup added %d handlers to the chain, want 1", len(hs))
+	} else if h := hs[0](test.NextHandler(dns.RcodeSuccess, nil)); fmt.Sprintf("%T", h) != "*passive.handler" || h.Name() != pluginName {
+		t.Errorf("handler %T named %q: want passive's, named %s", h, h.Name(), pluginName)
 	}
 	probed := serve(t, d, "web")
 	if len(probed) != 0 {
 		t.Fatalf("setup wanted %v", probed)
 	}
-	p := dnsserver.GetConfig(c).Plugin[0](nil).(*PSCHealth)
 	p.board, p.memory = health.NewBoard(time.Now), health.NewBoard(time.Now)
 	if err := p.OnStartup(); err != nil {
 		t.Fatal(err)
