@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 )
 
@@ -47,5 +48,16 @@ example.:0 {
 }`)
 	if err == nil || !strings.Contains(err.Error(), "one server block only") {
 		t.Fatalf("two status blocks: %v", err)
+	}
+}
+
+// S-3: status adds nothing to the query path: setup adds no handler to the server block's chain.
+func TestSetupAddsNoHandlerS3(t *testing.T) {
+	c := caddy.NewTestController("dns", "status 127.0.0.1:0")
+	if err := setup(c); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(dnsserver.GetConfig(c).Plugin); n != 0 {
+		t.Errorf("status added %d handlers to the chain, want none (S-3)", n)
 	}
 }
