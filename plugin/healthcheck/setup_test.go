@@ -1,16 +1,16 @@
 package healthcheck
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
-	"fmt"
-
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin/test"
+
 	"github.com/miekg/dns"
 )
 
@@ -179,6 +179,6 @@ func TestSetupAddsAPassiveHandler(t *testing.T) {
 		t.Errorf("handler %T named %q: want one named healthcheck with Ready", h, h.Name())
 	}
 	if got := fmt.Sprintf("%T", h); got != "*passive.handler" {
-		t.Errorf("handler %T: want passive's, which adds no step to the query path", h)
+		t.Errorf("handler %T: want passive's, which puts no code of healthcheck on the query path", h)
 	}
 }

@@ -4,8 +4,8 @@
 // routingpolicy and outbound see it like any health-checked address.
 //
 // pschealth answers no query: its handler (plugin/pkg/passive) is the next plugin's. It reads
-// the state of the backends that healthcheck probes, recomputes when the board tells it something changed, and
-// writes the composite state under the destination. The design and the rules its tests name (P-1
+// the state of the backends that healthcheck probes, recomputes when the board tells it
+// something changed, and writes the composite state under the destination. The design and the rules its tests name (P-1
 // to P-6, H-1 to H-6) are in docs/DESIGN.md of the repository.
 package pschealth
 

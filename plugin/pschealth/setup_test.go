@@ -1,17 +1,17 @@
 package pschealth
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
-	"fmt"
-
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/coresteer/coresteer/plugin/pkg/health"
+
 	"github.com/miekg/dns"
 )
 
@@ -227,6 +227,15 @@ func TestSetupWantsBackends(t *testing.T) {
 		t.Errorf("setup added %d handlers to the chain, want 1", len(hs))
 	} else if h := hs[0](test.NextHandler(dns.RcodeSuccess, nil)); fmt.Sprintf("%T", h) != "*passive.handler" || h.Name() != pluginName {
 		t.Errorf("handler %T named %q: want passive's, named %s", h, h.Name(), pluginName)
+	} else {
+		// ready asks the handler: it must answer what the instance says.
+		r := h.(interface{ Ready() bool })
+		for _, want := range []bool{false, true, false} {
+			p.ready.Store(want)
+			if r.Ready() != want {
+				t.Errorf("the handler's Ready() = %v while the instance's is %v", r.Ready(), want)
+			}
+		}
 	}
 	probed := serve(t, d, "web")
 	if len(probed) != 0 {

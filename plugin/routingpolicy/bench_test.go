@@ -73,9 +73,10 @@ func BenchmarkServeDNS(b *testing.B) {
 	run("routingpolicy/wrr", rp, "www-wrr.example.org.")
 	run("routingpolicy/geo", rp, "www-geo.example.org.")
 	run("routingpolicy/failover", rp, "www-fo.example.org.")
-	// Behind a plugin that passes the query on (errors, metadata, healthcheck...), as in a server
-	// block with health checks: plugin.NextOrFailure wraps the writer (one allocation of CoreDNS's).
-	run("routingpolicy/geo-behind-healthcheck", &stub{name: "healthcheck", next: rp}, "www-geo.example.org.")
+	// Behind a plugin that passes the query on with plugin.NextOrFailure (errors, metadata...),
+	// which wraps the writer (one allocation of CoreDNS's). healthcheck and pschealth no longer
+	// do: their handler is the next plugin's (plugin/pkg/passive).
+	run("routingpolicy/geo-behind-errors", &stub{name: "errors", next: rp}, "www-geo.example.org.")
 }
 
 // BenchmarkServeDNSZoneShapes measures the answers of the zone rules (R-ZONE-1, R-ZONE-2): plain

@@ -16,9 +16,10 @@ var placements = []struct {
 	before string // inserted immediately before this directive
 	after  string // or immediately after this one
 }{
-	// The health plugins answer no query and their handler takes no step in it (plugin/pkg/
-	// passive): their place in the order is when they set up. Early, right after metadata, healthcheck first so its checks are defined
-	// before pschealth, routingpolicy and outbound set up.
+	// The health plugins answer no query, and their handler is the next plugin's ServeDNS
+	// (plugin/pkg/passive): their place in the order is when they set up. Early, right after
+	// metadata, healthcheck first so its checks are defined before pschealth, routingpolicy and
+	// outbound set up.
 	{name: "healthcheck", after: "metadata"},
 	{name: "pschealth", after: "healthcheck"},
 	// Like health and ready, status serves HTTP and answers no query: it sits with them, right
