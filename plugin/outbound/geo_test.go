@@ -2,7 +2,6 @@ package outbound
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
@@ -46,22 +45,5 @@ func TestFQDNTargetGeoZone(t *testing.T) {
 	}
 	if n, src := r2.queries.Load(), r2.count("127.0.0.12"); n != 3 || src != 3 {
 		t.Errorf("O-8: us resolver got %d queries (%d from the us endpoint), want 3 and 3 (%v)", n, src, r2.sourceSet())
-	}
-}
-
-// DESIGN.md section 5: routingpolicy refuses policies on a zone that outbound forwards in the
-// same server block; it learns the zones from the outbound handler (Zones).
-func TestPolicyOnForwardedZoneRefused(t *testing.T) {
-	_, err := coretest.New(`.:0 {
-	bind 127.0.0.1
-	routingpolicy corp. {
-		geo resolvers A 30 "europe-west1=10.0.0.31;us-east1=10.0.0.32"
-	}
-	outbound corp. {
-		to 10.0.0.53
-	}
-}`)
-	if err == nil || !strings.Contains(err.Error(), "which outbound forwards") {
-		t.Errorf("policy on a forwarded zone: %v", err)
 	}
 }
