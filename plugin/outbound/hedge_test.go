@@ -182,11 +182,12 @@ func TestHedgingRaces(t *testing.T) {
 	}
 }
 
-// O-6/O-10: a resolver that takes 1 s to answer SERVFAIL (its own recursion timed out: common),
-// reached through eu; the path through us is cut. The hedge to us goes out at 500 ms; eu's
-// SERVFAIL comes at 1 s; the README says another endpoint to the same resolver "would say the same
-// about the name", yet the query keeps waiting on the silent hedge to the same resolver until the
-// 4 s deadline before giving the client the SERVFAIL it had at 1 s. forward answers at 1 s.
+// O-6, O-10: a resolver's error reply (SERVFAIL, REFUSED) is the answer as soon as the attempts
+// still listening go only to resolvers that already gave one and no other pair may be tried: the
+// same resolver would say the same about the name. Here the resolver answers SERVFAIL + EDE at 1 s
+// through eu (its own recursion timed out: common) while the hedge through us, sent at 500 ms on a
+// cut path to the same resolver, is silent: the client gets the resolver's reply within 2 s, as
+// through forward (at 1 s). Was: the query waited on that hedge until the 4 s deadline.
 func TestO10ErrorReplyNotHeldByHedgeToSameResolver(t *testing.T) {
 	r := startResolver(t, "127.0.0.50")
 	r.setMode(modeServfailEDE)
@@ -208,10 +209,11 @@ func TestO10ErrorReplyNotHeldByHedgeToSameResolver(t *testing.T) {
 	}
 }
 
-// O-6 ("if the best endpoint fails, the next one is tried"): two endpoints, two resolvers, the eu
-// path cut (eu's source is dropped by both). The hedge after eu's first timeout must go through us:
-// a timed-out attempt's endpoint is suspect when the next pair is chosen, else the hedge goes to
-// eu's other pair, which is cut too, and us is reached only at the second hedge.
+// O-6: when an attempt's time runs out without a reply, its endpoint is suspect when the next pair
+// is chosen, so the hedge goes through the next endpoint. Two endpoints, two resolvers, the eu path
+// cut (eu's source is dropped by both): the hedge after eu's first timeout goes through us, which
+// answers in less than two attempt times (1 s). Was: the hedge went to eu's other pair, cut too,
+// and us was reached only at the second hedge.
 func TestO6HedgeAfterTimeoutPrefersAnotherEndpoint(t *testing.T) {
 	r1 := startResolver(t, "127.0.0.31")
 	r2 := startResolverPort(t, "127.0.0.32", r1.port())
@@ -230,9 +232,11 @@ func TestO6HedgeAfterTimeoutPrefersAnotherEndpoint(t *testing.T) {
 	}
 }
 
-// Context: forward stops trying upstreams once the request's context is done (ctx.Err() in its
-// loop); outbound keeps hedging. The client is gone after 50 ms, yet the query goes on to the
-// next pair (the hedge) and the handler runs until the 3 s deadline.
+// O-6: once the client's context is done, no other pair is tried, as forward stops trying
+// upstreams (ctx.Err() in its loop). The resolver is silent and the client goes away after 50 ms:
+// the query is sent once (no hedge when the first attempt's 500 ms are up) and ServeDNS returns
+// within a second, not at the 3 s deadline. Was: the query went on to the hedge and the handler
+// ran until the deadline.
 func TestO6CancelledContextStops(t *testing.T) {
 	r := startResolver(t, "127.0.0.50")
 	r.setMode(modeSilent)

@@ -41,9 +41,11 @@ func TestReloadNoLeak(t *testing.T) {
 	goleak.VerifyNone(t, append(coretest.ServerLoops(), snapshot)...)
 }
 
-// H-6 across a reload: the old instance's series of a zone the reload removes are deleted at its
-// shutdown, but a query still in flight in the old instance (its timeout is longer than the 5 s
-// CoreDNS waits for in-flight queries) records its attempt afterwards and re-creates them.
+// H-6 across a reload: no series of a zone the reload removes is exported once the old instance's
+// last query has ended, even a query still in flight past the 5 s CoreDNS waits for them (its
+// timeout is 10 s, the resolver answers at 5.5 s): the query holds its ranker, and the series go
+// with the last holder, after its attempt is recorded. Was: the series were deleted at the old
+// instance's shutdown, and the late attempt re-created them for good.
 func TestH6InflightQueryAfterReload(t *testing.T) {
 	r := startResolver(t, "127.0.0.50")
 	r.setDelay(5500 * time.Millisecond) // past dnsserver's 5 s grace

@@ -45,9 +45,10 @@ func fqdnHandler(t *testing.T, port string, addr *atomic.Value) (*Outbound, *syn
 	return o, clk
 }
 
-// Issue 13, problem 6: when an FQDN target resolves to new addresses, the pairs of the old ones
-// go, with their sockets, ranking state and metric series, instead of living until a reload.
-func TestFQDNPairsPruned(t *testing.T) {
+// H-6 (issue 13, problem 6): when an FQDN target resolves to a new address, the old address's pair
+// goes, with its ranking state and metric series, instead of living until a reload: the endpoint
+// holds the new address's pair only.
+func TestFQDNPairsPrunedH6(t *testing.T) {
 	r1 := startResolver(t, "127.0.0.31")
 	startResolverPort(t, "127.0.0.32", r1.port())
 	var addr atomic.Value
@@ -76,8 +77,9 @@ func TestFQDNPairsPruned(t *testing.T) {
 	}
 }
 
-// DESIGN.md section 7 (issue 13, problem 6): rank and up are exported for an FQDN target's pairs,
-// for the region the target was resolved for.
+// DESIGN.md section 7, Observability, which has no numbered rule ("the rank of every endpoint"
+// can be seen; issue 13, problem 6): rank and up are exported for an FQDN target's pairs, for the
+// region the target was resolved for.
 func TestFQDNRankMetrics(t *testing.T) {
 	r := startResolver(t, "127.0.0.31")
 	var addr atomic.Value
@@ -94,9 +96,10 @@ func TestFQDNRankMetrics(t *testing.T) {
 	}
 }
 
-// DESIGN.md section 7 (issue 13, problem 6): every series carries the server label, and the series
-// of an endpoint removed by a reload go with it.
-func TestRemovedEndpointSeriesDeleted(t *testing.T) {
+// H-6 (issue 13, problem 6): the series of an endpoint a reload removes go with it, and those of
+// the endpoint it keeps stay. DESIGN.md section 7 (no numbered rule): rank, up and requests_total
+// carry the server label.
+func TestRemovedEndpointSeriesDeletedH6(t *testing.T) {
 	r := startResolver(t, "127.0.0.50")
 	corefile := func(endpoints string) string {
 		return `series.example.:0 {
@@ -135,10 +138,10 @@ func TestRemovedEndpointSeriesDeleted(t *testing.T) {
 	}
 }
 
-// Issue 13, problem 6: a reload that fails after outbound's startup gives back what that startup
-// took (pairs, their sockets and ranking state, metric series), through plugin/pkg/lifecycle like
-// everything else; the old Corefile keeps serving.
-func TestFailedReloadGivesBackPairs(t *testing.T) {
+// H-6 (issue 13, problem 6): a reload that fails after outbound's startup gives back what that
+// startup took, through plugin/pkg/lifecycle like everything else: the pairs of the endpoint it
+// added leave no ranking state and no metric series; the old Corefile keeps serving.
+func TestFailedReloadGivesBackPairsH6(t *testing.T) {
 	r := startResolver(t, "127.0.0.50")
 	// The port the new Corefile wants is taken (UDP), so its startup fails after outbound's.
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
@@ -174,10 +177,11 @@ func TestFailedReloadGivesBackPairs(t *testing.T) {
 	}
 }
 
-// H-6 / issue 13 problem 6: when an FQDN target's address changes, the old pair's series are
-// deleted (TestFQDNPairsPruned), but a query still in flight through the old pair records its
-// outcome afterwards and re-creates requests_total{target=old}, which nothing holds or deletes
-// any more: the series is exported for ever.
+// H-6 (issue 13, problem 6): when an FQDN target's address changes, the old pair goes with its
+// series (TestFQDNPairsPrunedH6), and a query still in flight through it does not bring them back:
+// the query holds the old ranker, so what it records when its answer comes goes with the last
+// release. Was: its outcome re-created requests_total{target=old} after the prune, and nothing held
+// or deleted that series any more.
 func TestH6InflightQueryAfterFQDNPrune(t *testing.T) {
 	r1 := startResolver(t, "127.0.0.31")
 	r1.setDelay(300 * time.Millisecond)
@@ -217,9 +221,10 @@ func TestH6InflightQueryAfterFQDNPrune(t *testing.T) {
 	}
 }
 
-// An FQDN entry whose TTL expired and that no client of its region asks again keeps its pairs:
-// they are probed every round and their rank/up series exported for ever, for an address the
-// name may no longer have (issue 13 problem 6: pairs pruned when no ranker uses them).
+// H-6 (issue 13, problem 6): an FQDN entry whose TTL expired and that no client of its region asked
+// again is released at the next probe round: its address, which the name may no longer have, gets
+// no probe and has no series exported. Was: the entry kept its pairs, probed every round, with
+// their rank and up series exported for good.
 func TestH6ExpiredFQDNEntryReleased(t *testing.T) {
 	r := startResolver(t, "127.0.0.31")
 	var addr atomic.Value

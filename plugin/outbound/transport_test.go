@@ -100,10 +100,11 @@ func TestTCPReadResumes(t *testing.T) {
 	}
 }
 
-// O-10: "a header-only *error* reply with the right ID is an answer". match accepts any reply
-// with the right ID and no question, whatever its rcode and opcode: a header-only NOERROR (no
-// question, no answer, no SOA) reaches the client as NOERROR/NODATA (cacheable) and is recorded as
-// a success of the path. forward answers FORMERR to it (request.Match).
+// O-10: a header-only reply (no question) with the right ID is an answer only with an error rcode.
+// A header-only NOERROR (no question, no answer, no SOA) is not taken: the wait goes on, and with
+// nothing else coming the client gets outbound's SERVFAIL at the deadline, never a NOERROR/NODATA
+// the resolver did not say (forward answers FORMERR to it, request.Match). Was: match took any
+// reply with the right ID and no question, whatever its rcode, so the client got a cacheable NODATA.
 func TestO10HeaderOnlyNoErrorIsNotAnAnswer(t *testing.T) {
 	addr := startRawResolver(t, func(q []byte) []byte {
 		h := make([]byte, 12)
@@ -121,7 +122,10 @@ func TestO10HeaderOnlyNoErrorIsNotAnAnswer(t *testing.T) {
 	}
 }
 
-// O-10: a reply whose opcode is not the query's (here UPDATE) is accepted as the answer.
+// O-10: a reply must have the query's opcode. One with the right ID and question and an A record,
+// but opcode UPDATE, is not the answer to a QUERY: the wait goes on, and with nothing else coming
+// the client gets outbound's SERVFAIL at the deadline. Was: the UPDATE reply was taken as the
+// answer.
 func TestO10WrongOpcodeIsNotAnAnswer(t *testing.T) {
 	addr := startRawResolver(t, func(q []byte) []byte {
 		req := new(dns.Msg)
@@ -144,7 +148,8 @@ func TestO10WrongOpcodeIsNotAnAnswer(t *testing.T) {
 	}
 }
 
-// Sanity (expected to pass): a reply whose question differs from ours only in case (0x20) is ours.
+// O-10: a reply whose question differs from the query's only in case (0x20) matches it: the client
+// gets its answer.
 func TestO10CaseMixedQuestion(t *testing.T) {
 	addr := startRawResolver(t, func(q []byte) []byte {
 		req := new(dns.Msg)
@@ -166,11 +171,12 @@ func TestO10CaseMixedQuestion(t *testing.T) {
 	}
 }
 
-// O-10, forward parity ("an oversized UDP reply -> TC answer"): a resolver that truncates its UDP
-// reply at 512 bytes, mid-record, with TC set (older servers and middleboxes do). pkg/proxy turns
-// the unpack overflow into a TC answer and the client retries over TCP; outbound takes the reply
-// for garbage (errMalformed): the path is charged a failure and the client gets SERVFAIL, though
-// the header says "truncated, ask over TCP" and TCP answers.
+// O-10 (a truncated answer is retried over TCP), forward parity: a resolver cuts its UDP reply at
+// 512 bytes, mid-record, with TC set (older servers and middleboxes do). A reply with our ID that
+// does not parse but says TC is taken as truncated and asked again over TCP, as the client does
+// after pkg/proxy's TC answer: the client gets the whole 40-record answer, as through forward (the
+// baseline, a real server and a stub client), and the path is not charged a failure (O-5). Was:
+// the reply was taken for garbage (errMalformed), the path charged, and the client got SERVFAIL.
 func TestO10ByteTruncatedUDPRetriedOverTCP(t *testing.T) {
 	pc, err := net.ListenPacket("udp", "127.0.0.50:0")
 	if err != nil {
