@@ -343,6 +343,44 @@ func TestFleetLateJoinerSameVerdictF3(t *testing.T) {
 	}
 }
 
+// F-3 when no prober of any member has a state for a (check, target): the verdict is still a
+// function of etcd's contents, Unknown on every replica (served, H-2; no result is no failure,
+// HC-3), not whatever a replica decided before. Members of us-east1, replicas_per_region 1: c
+// probes the target (it fails), a and b only read; their own probes give no result. a serves
+// the fleet's Unhealthy; c leaves, its lease and results with it; b joins afterwards. With the
+// same keys in etcd (no state of the target at all), a and b say the same: Unknown.
+func TestFleetNoStateSameVerdictF3(t *testing.T) {
+	leakCheck(t)
+	etcd := etcdtest.New(t)
+	const prefix = "/test/nostate"
+	// A target c wins in us-east1 against a and b (rendezvous).
+	var tg netip.AddrPort
+	for i := 1; i < 250; i++ {
+		tg = netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 88, byte(i)}), 80)
+		if chosen([]string{"a", "b", "c"}, "c", "web|"+tg.String()+"|us-east1", 1) {
+			break
+		}
+	}
+	iv := time.Second
+	c := startProbeReplica(t, testFleetConfig(etcd.Endpoint, prefix, "c", 1), fleetCheck(iv, "us-east1"), (&flipScript{pattern: func(int) bool { return true }}).probe, tg)
+	a := startProbeReplica(t, testFleetConfig(etcd.Endpoint, prefix, "a", 1), fleetCheck(iv, "us-east1"), (&flipScript{nores: true}).probe, tg)
+	waitFor30(t, "a serves the fleet's unhealthy", func() bool {
+		st := a.status(0)
+		return st.State == health.Unhealthy && st.Reason == "fleet: 0/1 regions healthy (us-east1: status 503)"
+	})
+	c.stop() // its lease is revoked: no prober of the fleet has a state of the target any more
+	b := startProbeReplica(t, testFleetConfig(etcd.Endpoint, prefix, "b", 1), fleetCheck(iv, "us-east1"), (&flipScript{nores: true}).probe, tg)
+	waitFor30(t, "b decides from the fleet", func() bool { _, s := joinedMode(b.f); return s })
+	// b's verdict is the fleet's from its first round planned once the fleet decides (the one in
+	// flight may have been planned before).
+	r0 := b.reg.rounds.Load()
+	waitFor30(t, "two rounds of b", func() bool { return b.reg.rounds.Load() >= r0+2 })
+	agreeThroughout(t, 2*iv, []*replica{a, b})
+	if st := b.status(0); st.State != health.Unknown || st.Reason != "fleet: no prober has a state" {
+		t.Errorf("b: %v (%s), want unknown: no prober of the fleet has a state", st.State, st.Reason)
+	}
+}
+
 // reloadReplica does to rp what a Corefile reload does with check c in place of rp's: the new
 // instance registers its view and acquires every target with a new checkRun, then the old
 // instance releases its probes and leaves.

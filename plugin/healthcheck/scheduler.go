@@ -411,6 +411,10 @@ func (r *Registry) finish(rd *round) {
 		p.streak = streak{}
 	}
 	st := p.streak.next(c, v.outcome)
+	if st == health.Unknown && fromShared && p.state == health.Unknown {
+		// The fleet's Unknown (no prober had a state): still none, now this replica's own.
+		r.set(p, rd.run, st, v.reason)
+	}
 	if st == health.Unknown || (st == p.state && !fromShared) {
 		return
 	}
@@ -547,12 +551,13 @@ func (r *Registry) kick() {
 	}
 }
 
-// attach makes p write its verdicts to t, and gives t the verdict p already has.
+// attach makes p write its verdicts to t, and gives t the verdict p already has (the fleet's
+// Unknown included, with its reason).
 func (r *Registry) attach(p *probe, t *health.Target) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.targets[t]++
-	if p.state != health.Unknown {
+	if p.state != health.Unknown || p.reason != "" {
 		r.board.Restate(t, p.state, p.reason)
 	}
 }
