@@ -69,6 +69,8 @@ type fleet struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	kick   chan struct{} // something to write: results or the registration
+	// handover takes the requests of a leaving membership of the same name (takeOver).
+	handover chan chan bool
 
 	gMembers, gTargets, gFallback  prometheus.Gauge
 	cPublished, cReceived, cErrors prometheus.Counter
@@ -163,8 +165,14 @@ func joinFleet(cfg *fleetConfig, view *fleetView) *fleet {
 }
 
 // leave drops the instance's view; the last one ends the membership: the lease is revoked, so the
-// member and its results leave the fleet at once rather than when the lease expires. The end
-// waits at most fleetRevokeWait for etcd, and not under the process's fleets lock.
+// member and its results leave the fleet at once rather than when the lease expires. When another
+// membership of this process has the same name (a reload that changed the connection, which
+// succeeded or failed), it becomes the one that writes, and it takes this replica's member key
+// and results over under its own lease before this one's lease is revoked: they are never
+// deleted in between. When it cannot (not joined, or etcd slow to answer), the lease is not
+// revoked and expires by itself, so what the heir relies on stays until the heir has written
+// it. The end waits at most fleetRevokeWait for each of the handover and the revocation, and
+// not under the process's fleets lock.
 func (f *fleet) leave(view *fleetView) {
 	fleets.Lock()
 	f.mu.Lock()
@@ -179,20 +187,22 @@ func (f *fleet) leave(view *fleetView) {
 	}
 	delete(fleets.m, f.cfg.identity())
 	name := f.cfg.name()
-	var heir *fleet
 	if rest := slices.DeleteFunc(fleets.names[name], func(o *fleet) bool { return o == f }); len(rest) > 0 {
 		fleets.names[name] = rest
-		heir = rest[len(rest)-1]
-		heir.superseded.Store(false)
 	} else {
 		delete(fleets.names, name)
 	}
 	fleets.Unlock()
-	f.stop()
-	if heir != nil {
-		// f's revocation deleted what it wrote under its lease, the keys of the same name included.
-		heir.republish()
+	// f writes nothing from now on; only then may the heir write.
+	f.halt()
+	fleets.Lock()
+	var heir *fleet
+	if rest := fleets.names[name]; len(rest) > 0 {
+		heir = rest[len(rest)-1]
+		heir.superseded.Store(false)
 	}
+	fleets.Unlock()
+	f.end(heir == nil || heir.takeOver(fleetRevokeWait))
 }
 
 func newFleet(cfg *fleetConfig) *fleet {
@@ -202,6 +212,7 @@ func newFleet(cfg *fleetConfig) *fleet {
 		cfg:        cfg,
 		now:        time.Now,
 		kick:       make(chan struct{}, 1),
+		handover:   make(chan chan bool),
 		gMembers:   fleetMembers.WithLabelValues(r),
 		gTargets:   fleetTargets.WithLabelValues(r),
 		gFallback:  fleetFallback.WithLabelValues(r),
@@ -253,16 +264,54 @@ func (f *fleet) register() {
 	}
 }
 
-// republish writes the registration and every result again under the current lease.
-func (f *fleet) republish() {
-	f.mu.Lock()
-	for k := range f.published {
-		f.dirty[k] = struct{}{}
+// takeOver has f, the membership of its name that writes, write its registration and every
+// result it publishes under its own lease now, wherever this process's keys of the name are (under
+// the lease of a membership that leaves), so that the one leaving can revoke its lease without
+// deleting them. It reports whether f did, within wait: its session does it once joined
+// (reclaim); a membership still joining when wait ends registers as it joins and publishes what
+// it was handed with its first write.
+func (f *fleet) takeOver(wait time.Duration) bool {
+	done := make(chan bool, 1)
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case f.handover <- done:
+	case <-t.C:
+		return false
 	}
-	clear(f.published)
-	f.regDue, f.regVal = true, ""
+	select {
+	case ok := <-done:
+		return ok
+	case <-t.C:
+		return false
+	}
+}
+
+// handOver passes this process's result of pair from f to g, a membership of the same name that
+// probes the target from now on (a reload that changed the connection, or the failure of one):
+// g publishes it under its own lease as soon as it writes, not at its next round, and f no longer
+// withdraws it. Until g has written it, the key stays under f's lease (leave).
+func (f *fleet) handOver(pair pairKey, g *fleet) {
+	f.mu.Lock()
+	w := f.want[pair]
+	delete(f.want, pair)
+	for region := range w {
+		delete(f.dirty, resultKey{pair: pair, region: region})
+	}
 	f.mu.Unlock()
-	f.poke()
+	if len(w) == 0 {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.want[pair] != nil {
+		return
+	}
+	g.want[pair] = w
+	for region := range w {
+		g.dirty[resultKey{pair: pair, region: region}] = struct{}{}
+	}
+	g.poke()
 }
 
 func (f *fleet) poke() {

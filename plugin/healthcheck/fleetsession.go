@@ -27,8 +27,6 @@ var (
 	errDuplicate = errors.New("replica name in use")
 	// errSuperseded: a newer membership of this process has the name (fleet.superseded).
 	errSuperseded = errors.New("superseded by a newer membership of this process")
-	// errMemberGone: the member key is no longer this session's (taken over, or deleted).
-	errMemberGone = errors.New("the member key is gone")
 )
 
 // keepaliveTime is how often gRPC pings an idle etcd connection, so a member that stopped
@@ -67,19 +65,23 @@ func (f *fleet) start() {
 	go f.run(ctx)
 }
 
-// stop ends the session, revokes the leases (the member and its results leave at once) and
-// closes the client, waiting for every goroutine it started but at most fleetRevokeWait for
-// etcd.
-func (f *fleet) stop() {
+// halt ends the session and waits for every goroutine it started: nothing is written after it.
+func (f *fleet) halt() {
 	f.cancel()
 	<-f.done
+}
+
+// end revokes the leases when revoke (the member and its results leave at once; otherwise they
+// expire by themselves) and closes the client, waiting at most fleetRevokeWait for etcd. The
+// session has halted.
+func (f *fleet) end(revoke bool) {
 	if f.cli != nil {
 		f.mu.RLock()
 		leases := []clientv3.LeaseID{f.lease, f.old}
 		f.mu.RUnlock()
 		ctx, cancel := context.WithTimeout(context.Background(), min(fleetRevokeWait, f.cfg.Timeout))
 		for _, l := range leases {
-			if l != 0 {
+			if l != 0 && revoke {
 				_, _ = f.cli.Revoke(ctx, l)
 			}
 		}
@@ -214,12 +216,12 @@ func (f *fleet) session(ctx context.Context) error {
 	f.lease = lease
 	f.mu.Unlock()
 	if err := f.claim(ctx, lease); err != nil {
-		f.drop(lease)
+		f.drop(ctx, lease)
 		return err
 	}
 	rev, err := f.list(ctx)
 	if err != nil {
-		f.drop(lease)
+		f.drop(ctx, lease)
 		return err
 	}
 	f.mu.Lock()
@@ -236,10 +238,14 @@ func (f *fleet) session(ctx context.Context) error {
 	return f.follow(ctx, lease, rev)
 }
 
-// drop revokes a lease whose session did not start, waiting at most fleetRevokeWait (ctx may
-// be ending: a stop while joining). A lease it could not revoke is left to the next session or
-// to stop.
-func (f *fleet) drop(lease clientv3.LeaseID) {
+// drop revokes a lease whose session did not start, waiting at most fleetRevokeWait. A lease it
+// could not revoke is left to the next session or to end; so is one of a session that ended
+// because the membership is ending (ctx done: a stop or a reload while joining), since end knows
+// whether another membership of the name still needs what is under it.
+func (f *fleet) drop(ctx context.Context, lease clientv3.LeaseID) {
+	if ctx.Err() != nil {
+		return
+	}
 	c, cancel := context.WithTimeout(context.Background(), min(fleetRevokeWait, f.cfg.Timeout))
 	_, err := f.cli.Revoke(c, lease)
 	cancel()
@@ -279,7 +285,11 @@ func (f *fleet) claim(ctx context.Context, lease clientv3.LeaseID) error {
 	if len(kvs) > 0 {
 		var v memberValue
 		if json.Unmarshal(kvs[0].GetValue(), &v) == nil && v.Nonce == processNonce {
-			// This process's, from a lease the revocation missed or an older membership: take it.
+			// This process's, from a lease the revocation missed or another membership: take it,
+			// unless a newer membership has the name now (it may have taken the key already).
+			if f.superseded.Load() {
+				return errSuperseded
+			}
 			if _, err := f.cli.Put(c, key, val, clientv3.WithLease(lease)); err != nil {
 				return f.fail(fmt.Errorf("registering: %w", err))
 			}
@@ -413,8 +423,47 @@ func (f *fleet) follow(ctx context.Context, lease clientv3.LeaseID, rev int64) e
 			if err := f.write(ctx, lease); err != nil {
 				return err
 			}
+		case done := <-f.handover:
+			ok, err := f.reclaim(ctx, lease)
+			done <- ok
+			if err != nil {
+				return err
+			}
 		}
 	}
+}
+
+// reclaim registers this replica again under lease, taking this process's member key over
+// wherever it is (claim: no compare on a lease the key may no longer have), and writes every
+// result this replica publishes again under lease: a membership of the same name leaves and will
+// revoke its lease (takeOver). It reports whether everything was written; an error ends the
+// session (a lost lease, or the name taken by another process).
+func (f *fleet) reclaim(ctx context.Context, lease clientv3.LeaseID) (bool, error) {
+	if err := f.claim(ctx, lease); err != nil {
+		if errors.Is(err, errDuplicate) {
+			return false, err
+		}
+		return false, nil // not answered: the session goes on, the leaving lease expires
+	}
+	f.mu.Lock()
+	for k := range f.published {
+		f.dirty[k] = struct{}{}
+		if _, want := f.want[k.pair][k.region]; want {
+			delete(f.published, k) // written again, under lease
+		}
+	}
+	for pair, w := range f.want {
+		for region := range w {
+			f.dirty[resultKey{pair: pair, region: region}] = struct{}{}
+		}
+	}
+	f.mu.Unlock()
+	if err := f.write(ctx, lease); err != nil {
+		return false, err
+	}
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.unwritten.IsZero(), nil
 }
 
 // watch watches the prefix from the revision after rev, on a gRPC stream of its own (number n),
@@ -527,6 +576,9 @@ func (f *fleet) apply(evs []*clientv3.Event) {
 			continue
 		}
 		members = members || c.members
+		if c.replica == f.cfg.Replica {
+			f.ownKey(ev, c)
+		}
 		if c.member {
 			continue
 		}
@@ -548,10 +600,36 @@ func (f *fleet) apply(evs []*clientv3.Event) {
 	}
 }
 
+// ownKey notes that this replica's member key or one of its published results was deleted, or
+// written under another lease than this session's: another membership of this process had it, and
+// that membership's lease went (a reload, its failure) or will go. The registration and the result
+// are written again under this session's lease, so no key of this replica lives or dies with a
+// lease it does not renew. f.mu is held.
+func (f *fleet) ownKey(ev *clientv3.Event, c change) {
+	if !f.joined {
+		return
+	}
+	if ev.Type != clientv3.EventTypeDelete && clientv3.LeaseID(ev.Kv.GetLease()) == f.lease { //nolint:protogetter // Event is clientv3's own type
+		return
+	}
+	if c.member {
+		f.regDue, f.regVal = true, ""
+		f.poke()
+		return
+	}
+	k := resultKey{pair: c.pair, region: c.region}
+	if _, had := f.published[k]; had {
+		delete(f.published, k)
+		f.dirty[k] = struct{}{}
+		f.poke()
+	}
+}
+
 // write sends the registration when it changed and the results that changed, in transactions
 // of at most fleetMaxOps operations, all under lease. A failed write stays due and is retried at
-// the next beat; past the timeout it makes the view stale (F-4). A lost lease or member key ends
-// the session. A superseded membership writes nothing.
+// the next beat; past the timeout it makes the view stale (F-4). A member key that is not under
+// this session's lease is registered again (claim); a lost lease, or the name taken by another
+// process, ends the session. A superseded membership writes nothing.
 func (f *fleet) write(ctx context.Context, lease clientv3.LeaseID) error {
 	if f.superseded.Load() {
 		return nil
@@ -576,7 +654,19 @@ func (f *fleet) write(ctx context.Context, lease clientv3.LeaseID) error {
 			return f.writeFailed(err)
 		}
 		if !resp.Succeeded {
-			return errMemberGone
+			// The key is not under this session's lease: another membership of this process had
+			// it, and its revocation or expiry may have deleted it. Register as when joining,
+			// which takes this process's key over wherever it is: a compare on this lease would
+			// fail for ever.
+			if err := f.claim(ctx, lease); err != nil {
+				if errors.Is(err, errDuplicate) || errors.Is(err, errSuperseded) {
+					return err
+				}
+				f.mu.Lock()
+				f.regDue = true
+				f.mu.Unlock()
+				return f.writeFailed(err)
+			}
 		}
 		f.mu.Lock()
 		f.regVal = val

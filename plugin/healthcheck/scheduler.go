@@ -501,8 +501,15 @@ func (r *Registry) use(p *probe, run *checkRun, now time.Time) {
 		p.mu.Unlock()
 	}
 	if old := p.run.fleet; old != nil && (run.fleet == nil || run.fleet.f != old.f) {
-		// The fleet changed: this replica no longer publishes this target in the old one.
-		old.f.forget(pairKey{check: p.key.check, target: p.key.target.String()})
+		pair := pairKey{check: p.key.check, target: p.key.target.String()}
+		if run.fleet != nil && run.fleet.f.cfg.name() == old.f.cfg.name() {
+			// Another membership of this replica (a reload that changed the connection, or
+			// its failure): it publishes this target from now on, under its own lease.
+			old.f.handOver(pair, run.fleet.f)
+		} else {
+			// The fleet changed: this replica no longer publishes this target in the old one.
+			old.f.forget(pair)
+		}
 		r.probing(p, old.f, false)
 	}
 	p.run = run
