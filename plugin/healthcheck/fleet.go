@@ -19,8 +19,9 @@ const (
 	// fleetMinTTL is the shortest lease of a replica's membership and of its published results
 	// (F-1): a replica that dies drops out, and its results stop counting, when it expires.
 	fleetMinTTL = 3 * time.Second
-	// fleetBeat is how often the lease is renewed, etcd is asked for the watch's progress (whose
-	// answer says this replica's view is current) and failed writes are tried again.
+	// fleetBeat is how often the lease is renewed, etcd is asked for its revision and the watch
+	// for its progress (the view is current once the watch has delivered up to that revision),
+	// and failed writes are tried again.
 	fleetBeat = 500 * time.Millisecond
 	// fleetRetry is the wait between two attempts to join.
 	fleetRetry = time.Second
@@ -87,9 +88,15 @@ type fleet struct {
 	// since is when the view became current: the join, or the end of an outage. The fleet decides
 	// a check only one interval after it, when every member has had a round to publish.
 	since time.Time
-	// heard is the last time the watch answered: events, its creation or a progress notification
-	// (F-4). A renewal does not count: it may go through a member whose watch is not this one's.
+	// heard is when the view was last known current (F-4): the time a linearizable read (a
+	// list, or the read of every beat) was asked whose revision the mirror has reached. A
+	// renewal does not count: it may go through a member whose watch is not this one's; nor does
+	// an answer of the watch alone (reached).
 	heard time.Time
+	// seen is the revision up to which the mirror has everything (the list's, then the watch's);
+	// marks are revisions etcd returned to linearizable reads that the watch has not reached yet.
+	seen  int64
+	marks []revMark
 	// unwritten is since when a write of due results has been failing, zero while none is (F-4):
 	// an etcd that refuses writes (its space quota exceeded) freezes the fleet's view.
 	unwritten time.Time
@@ -106,6 +113,15 @@ type fleet struct {
 	published map[resultKey]tally
 	dirty     map[resultKey]struct{}
 }
+
+// revMark is a revision etcd returned to a linearizable read, and when the read was asked.
+type revMark struct {
+	rev   int64
+	asked time.Time
+}
+
+// maxMarks bounds the marks kept while the watch lags: the newest count, older ones are implied.
+const maxMarks = 16
 
 // fleetView is what one instance registers: the prober regions of each check that the fleet
 // block's healthcheck block defines.
@@ -323,8 +339,8 @@ func (f *fleet) poke() {
 
 // mode says how a round of a check with interval iv runs (F-3, F-4). joined: this replica is a
 // member, it publishes what it is chosen to probe. shared: the fleet's results decide, because
-// the view is fresh (stale says so) and etcd's watch answered within 3 intervals (a shared
-// verdict is never older), and the view has been current for an interval, so every member has
+// the view is fresh (stale says so) and was known current within 3 intervals (a shared verdict
+// is never older), and the view has been current for an interval, so every member has
 // had a round to publish since a join or an outage. Otherwise the replica probes everything and
 // decides alone. f.mu is held.
 func (f *fleet) mode(iv time.Duration) (joined, shared bool) {
@@ -338,15 +354,15 @@ func (f *fleet) mode(iv time.Duration) (joined, shared bool) {
 	return true, f.stale(now) == "" && now.Sub(f.heard) <= 3*iv && now.Sub(f.since) >= iv
 }
 
-// stale says why this replica's view of the fleet cannot be trusted at now, "" when it can: etcd's
-// watch has not answered for longer than the renewal period plus the timeout, this replica's
+// stale says why this replica's view of the fleet cannot be trusted at now, "" when it can: it
+// was last known current (heard) longer than the renewal period plus the timeout ago, this replica's
 // due results have failed to be written for as long, or etcd reports an alarm (it refuses
 // writes, so the others' results are frozen too). f.mu is held.
 func (f *fleet) stale(now time.Time) string {
 	limit := fleetBeat + f.cfg.Timeout
 	switch {
 	case now.Sub(f.heard) > limit:
-		return "etcd unreachable (no answer from its watch for " + seconds(now.Sub(f.heard)) + ")"
+		return "etcd unreachable (its watch not current for " + seconds(now.Sub(f.heard)) + ")"
 	case !f.unwritten.IsZero() && now.Sub(f.unwritten) > limit:
 		return "etcd refuses writes (results unwritten for " + seconds(now.Sub(f.unwritten)) + ")"
 	case f.alarm != "":

@@ -259,6 +259,39 @@ func TestFleetModeF4(t *testing.T) {
 	}
 }
 
+// F-4: an answer of the watch alone does not make the view current. Its member answers a
+// progress request at once with its own revision, also when it fell behind the cluster: a
+// keepalive of the stream, not a sign that the mirror has what etcd holds. The view is current
+// as of a linearizable read once the watch has delivered up to the revision that read returned.
+func TestFleetFreshNeedsCurrentRevisionF4(t *testing.T) {
+	now := time.Unix(1000, 0)
+	f := &fleet{cfg: &fleetConfig{Timeout: time.Second}, now: func() time.Time { return now }}
+	iv := time.Second
+	f.joined, f.since, f.seen, f.heard = true, now.Add(-time.Hour), 10, now
+	now = now.Add(time.Second)
+	asked := now
+	f.mark(12, asked) // etcd is at revision 12
+	now = now.Add(time.Second)
+	f.reached(10) // the watch's member answers, at its old revision, again and again
+	f.reached(11)
+	if _, s := f.mode(iv); s || !strings.HasPrefix(f.stale(now), "etcd unreachable") {
+		t.Fatalf("the watch answers at revision 11 of 12 for 2 s: want the replica alone (%q)", f.stale(now))
+	}
+	f.reached(12)
+	if !f.heard.Equal(asked) {
+		t.Fatalf("heard %v, want the time of the read the watch caught up with (%v)", f.heard, asked)
+	}
+	if f.stale(now) != "" {
+		t.Fatalf("the watch delivered up to etcd's revision of 1 s ago: want the view fresh (%q)", f.stale(now))
+	}
+	// A read whose revision the mirror already has: current at once.
+	now = now.Add(time.Second)
+	f.mark(12, now)
+	if !f.heard.Equal(now) || len(f.marks) != 0 {
+		t.Fatalf("heard %v, %d marks: want now and none", f.heard, len(f.marks))
+	}
+}
+
 // F-1, F-4: the lease outlives a renewal that takes the whole timeout: the timeout plus a second,
 // in whole seconds, at least 3 s.
 func TestLeaseTTL(t *testing.T) {

@@ -309,6 +309,7 @@ func (f *fleet) claim(ctx context.Context, lease clientv3.LeaseID) error {
 
 // list reads the whole prefix into a new mirror and returns its revision.
 func (f *fleet) list(ctx context.Context) (int64, error) {
+	asked := f.now()
 	c, cancel := f.timeout(ctx)
 	resp, err := f.cli.Get(c, f.cfg.Prefix+"/", clientv3.WithPrefix())
 	cancel()
@@ -321,16 +322,21 @@ func (f *fleet) list(ctx context.Context) (int64, error) {
 			log.Warningf("Fleet %s (replica %s): ignoring %v", f.cfg.Prefix, f.cfg.Replica, err)
 		}
 	}
+	rev := resp.Header.GetRevision()
 	f.mu.Lock()
 	changed := !sameMembers(f.mirror.members, m.members)
 	f.mirror = m
 	if changed {
 		f.viewChanged()
 	}
+	// The list is a linearizable read: the new mirror is current as of when it was asked.
+	f.seen = rev
+	f.settle()
+	f.current(asked)
 	f.mu.Unlock()
 	// The results are new too: decide again from them.
 	f.membersChanged()
-	return resp.Header.GetRevision(), nil
+	return rev, nil
 }
 
 func sameMembers(a, b map[string]memberValue) bool {
@@ -362,9 +368,10 @@ func (w *fleetWatch) stop() {
 	<-w.done
 }
 
-// follow renews the lease every beat, asks the watch for its progress and writes what this
-// replica publishes, until the lease is lost or ctx ends; the watch's reader applies it to the
-// mirror. Only the watch's answers say the view is current (F-4). A watch that does not answer
+// follow renews the lease every beat, reads etcd's revision, asks the watch for its progress and
+// writes what this replica publishes, until the lease is lost or ctx ends; the watch's reader
+// applies it to the mirror. The view is current as of a read once the watch has delivered up to
+// its revision (F-4: mark, reached). A watch that does not answer
 // (a member that hangs with the connection open), ends, fails or was compacted away is
 // restarted at a beat: the prefix listed again, then watched on a stream of its own, which the
 // client sends to a member of its choice. The list is a linearizable read, so the view is
@@ -408,6 +415,15 @@ func (f *fleet) follow(ctx context.Context, lease clientv3.LeaseID, rev int64) e
 			f.mu.RUnlock()
 			if w.ended.Load() || (silent && time.Since(w.started) > limit) {
 				restart()
+			}
+			// A linearizable read says which revision etcd is at; the progress notification
+			// that follows says whether the watch has delivered up to it (mark, reached).
+			asked := f.now()
+			c, cancel = f.timeout(ctx)
+			resp, err := f.cli.Get(c, memberKey(f.cfg.Prefix, f.cfg.Replica), clientv3.WithCountOnly())
+			cancel()
+			if err == nil {
+				f.mark(resp.Header.GetRevision(), asked)
 			}
 			c, cancel = context.WithTimeout(w.ctx, f.cfg.Timeout)
 			_ = f.cli.RequestProgress(c)
@@ -490,22 +506,72 @@ func (f *fleet) watch(ctx context.Context, rev int64, n int) *fleetWatch {
 				return
 			}
 			f.apply(wr.Events)
-			f.hear()
+			f.reached(wr.Header.GetRevision())
 		}
 	}()
 	return w
 }
 
-// hear records that the watch answered. After an outage the view is current again from now: the
-// fleet decides again one interval later, once every member has published again (F-4).
-func (f *fleet) hear() {
+// mark records that etcd returned revision rev to a linearizable read asked at asked: once the
+// watch has delivered everything up to rev, the view is current as of asked (F-4).
+func (f *fleet) mark(rev int64, asked time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	now := f.now()
-	if now.Sub(f.heard) > fleetBeat+f.cfg.Timeout {
+	if rev <= f.seen {
+		f.current(asked)
+		return
+	}
+	if len(f.marks) == maxMarks {
+		f.marks = append(f.marks[:0], f.marks[1:]...)
+	}
+	f.marks = append(f.marks, revMark{rev: rev, asked: asked})
+}
+
+// reached records that the watch has delivered everything up to rev: the revision of its
+// events, or of its progress notification or creation. Alone, that answer says only that the
+// watch's member answers, not that it is current: a member that fell behind the cluster (a hung
+// apply, a lost leader not noticed yet) answers a progress request at once with its own old
+// revision, as a keepalive of the stream. The view is current only as of the latest
+// linearizable read whose revision the watch has reached (mark).
+func (f *fleet) reached(rev int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.seen = max(f.seen, rev)
+	f.settle()
+}
+
+// settle drops the marks the mirror has reached (seen), the view being current as of the latest
+// of them. f.mu is held.
+func (f *fleet) settle() {
+	var asked time.Time
+	n := 0
+	for _, m := range f.marks {
+		if m.rev <= f.seen {
+			if m.asked.After(asked) {
+				asked = m.asked
+			}
+			continue
+		}
+		f.marks[n] = m
+		n++
+	}
+	f.marks = f.marks[:n]
+	if !asked.IsZero() {
+		f.current(asked)
+	}
+}
+
+// current records that the view is current as of asked. After an outage the view is current
+// again from now: the fleet decides again one interval later, once every member has published
+// again (F-4). f.mu is held.
+func (f *fleet) current(asked time.Time) {
+	if !asked.After(f.heard) {
+		return
+	}
+	if now := f.now(); now.Sub(f.heard) > fleetBeat+f.cfg.Timeout {
 		f.since = now
 	}
-	f.heard = now
+	f.heard = asked
 }
 
 func (f *fleet) noteErr(err error) {
