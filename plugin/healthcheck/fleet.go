@@ -101,6 +101,7 @@ type fleet struct {
 	// an etcd that refuses writes (its space quota exceeded) freezes the fleet's view.
 	unwritten time.Time
 	alarm     string // etcd's alarms at the last look (NOSPACE: it refuses every write)
+	statusErr string // the other errors of etcd's status at the last look (logged when they change)
 	lastErr   error  // the last etcd error, for the log line
 	outage    bool   // the fleet's view went stale while joined (logged); changed by the session only
 	fallback  bool   // as exported (fleet_fallback)

@@ -9,9 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 	"github.com/coresteer/coresteer/plugin/pkg/etcdtest"
 	"github.com/coresteer/coresteer/plugin/pkg/health"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -289,5 +291,85 @@ func TestFleetFallbackRestartsStreakF4(t *testing.T) {
 		if st := d.status(0); st.State != health.Unhealthy {
 			t.Fatalf("d alone, its own probes failing: %v (%s), want unhealthy", st.State, st.Reason)
 		}
+	}
+}
+
+// F-4: only etcd's alarms (NOSPACE, CORRUPT: it refuses writes) make the view stale; the other
+// errors of its status are logged, not taken for alarms. An alarm raised through etcd's API is
+// seen and cleared; a member of a cluster that lost its other two members reports "no leader"
+// in its status, which is not an alarm (the watch, which requires a leader, judges that).
+func TestFleetOnlyAlarmsAreAlarmsF4(t *testing.T) {
+	leakCheck(t)
+	logs := coretest.CaptureLog(t)
+	ms := etcdtest.NewCluster(t, 3)
+	cli := ms[0].Client(t)
+	f := newFleet(testFleetConfig(ms[0].Endpoint, "/test/alarms", "r1", 1))
+	defer fleetSeries.Release("r1")
+	f.cli = cli
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := cli.Status(ctx, ms[0].Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alarm := &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: st.Header.GetMemberId(), Alarm: pb.AlarmType_NOSPACE}
+	if _, err := pb.NewMaintenanceClient(cli.ActiveConnection()).Alarm(ctx, alarm); err != nil {
+		t.Fatal(err)
+	}
+	f.heard = f.now() // the watch is not what this test is about
+	f.checkAlarms(ctx)
+	if why := f.stale(f.now()); !strings.Contains(why, "NOSPACE") {
+		t.Fatalf("alarm %q, stale %q: want NOSPACE", f.alarm, why)
+	}
+	if _, err := cli.AlarmDisarm(ctx, &clientv3.AlarmMember{MemberID: st.Header.GetMemberId(), Alarm: pb.AlarmType_NOSPACE}); err != nil {
+		t.Fatal(err)
+	}
+	f.checkAlarms(ctx)
+	if f.alarm != "" {
+		t.Fatalf("alarm %q after the disarm, want none", f.alarm)
+	}
+	ms[1].Stop()
+	ms[2].Stop()
+	waitFor30(t, "the member without a leader says so", func() bool {
+		c, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		st, err := cli.Status(c, ms[0].Endpoint)
+		return err == nil && len(st.Errors) > 0
+	})
+	f.checkAlarms(ctx)
+	if f.alarm != "" {
+		t.Fatalf("alarm %q from a status error that is no alarm", f.alarm)
+	}
+	if logs.Count("(replica r1): etcd reports", "no leader") != 1 {
+		t.Fatalf("the status error is not logged once:\n%s", logs.String())
+	}
+}
+
+// F-1: the lease is renewed on time whatever else the session waits for. Each of the session's
+// requests may take the whole timeout (a write, a list, one sent to a member that hangs), several
+// in a beat; a renewal that waited behind them would let the lease expire while etcd answers.
+// Here the session's loop is held for longer than the TTL (the test holds the fleet's lock,
+// which the loop takes at every beat): the member key must stay, under the same lease.
+func TestFleetRenewalNotDelayedF1(t *testing.T) {
+	leakCheck(t)
+	etcd := etcdtest.New(t)
+	cli := etcd.Client(t)
+	const prefix = "/test/renewal"
+	cfg := testFleetConfig(etcd.Endpoint, prefix, "r1", 1)
+	cfg.Timeout = time.Second
+	v := newFleetView([]*Check{fleetCheck(time.Second, "us-east1")})
+	f := joinFleet(cfg, v)
+	defer f.leave(v)
+	waitFor(t, "joined", func() bool { j, _ := joinedMode(f); return j })
+	lease := member(t, cli, prefix, "r1").Kvs[0].GetLease()
+	hold := leaseTTL(cfg.Timeout) + time.Second
+	f.mu.Lock()
+	gone := false
+	for end := time.Now().Add(hold); time.Now().Before(end) && !gone; time.Sleep(50 * time.Millisecond) {
+		gone = len(member(t, cli, prefix, "r1").Kvs) == 0
+	}
+	f.mu.Unlock()
+	if m := member(t, cli, prefix, "r1"); gone || len(m.Kvs) != 1 || m.Kvs[0].GetLease() != lease {
+		t.Fatalf("member %v, want it under lease %x: the lease (TTL %s) expired while the session's loop was busy", m.Kvs, lease, leaseTTL(cfg.Timeout))
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -20,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/encoding/prototext"
 )
 
 var (
@@ -368,15 +370,14 @@ func (w *fleetWatch) stop() {
 	<-w.done
 }
 
-// follow renews the lease every beat, reads etcd's revision, asks the watch for its progress and
-// writes what this replica publishes, until the lease is lost or ctx ends; the watch's reader
-// applies it to the mirror. The view is current as of a read once the watch has delivered up to
-// its revision (F-4: mark, reached). A watch that does not answer
-// (a member that hangs with the connection open), ends, fails or was compacted away is
-// restarted at a beat: the prefix listed again, then watched on a stream of its own, which the
-// client sends to a member of its choice. The list is a linearizable read, so the view is
-// current again whatever the old watch missed (etcd 3.4 may notify a watch's progress before
-// delivering its events).
+// follow has the lease renewed (renew) and, every beat, reads etcd's revision, asks the watch for
+// its progress and writes what this replica publishes, until the lease is lost or ctx ends; the
+// watch's reader applies it to the mirror. The view is current as of a read once the watch has
+// delivered up to its revision (F-4: mark, reached). A watch that does not answer (a member that
+// hangs with the connection open), ends, fails or was compacted away is restarted at a beat: the
+// prefix listed again, then watched on a stream of its own, which the client sends to a member of
+// its choice. The list is a linearizable read, so the view is current again whatever the old
+// watch missed (etcd 3.4 may notify a watch's progress before delivering its events).
 func (f *fleet) follow(ctx context.Context, lease clientv3.LeaseID, rev int64) error {
 	n := 0
 	w := f.watch(ctx, rev, n)
@@ -389,6 +390,17 @@ func (f *fleet) follow(ctx context.Context, lease clientv3.LeaseID, rev int64) e
 			w = f.watch(ctx, rev, n)
 		}
 	}
+	lost := make(chan error, 1)
+	rctx, stopRenewing := context.WithCancel(ctx)
+	renewing := make(chan struct{})
+	go func() {
+		defer close(renewing)
+		f.renew(rctx, lease, lost)
+	}()
+	defer func() {
+		stopRenewing()
+		<-renewing
+	}()
 	beat := time.NewTicker(fleetBeat)
 	defer beat.Stop()
 	if err := f.write(ctx, lease); err != nil {
@@ -399,17 +411,9 @@ func (f *fleet) follow(ctx context.Context, lease clientv3.LeaseID, rev int64) e
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case err := <-lost:
+			return err
 		case <-beat.C:
-			c, cancel := f.timeout(ctx)
-			_, err := f.cli.KeepAliveOnce(c, lease)
-			cancel()
-			if err != nil {
-				f.cErrors.Inc()
-				if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-					return fmt.Errorf("lease %x expired", int64(lease))
-				}
-				f.noteErr(err)
-			}
 			f.mu.RLock()
 			silent := f.now().Sub(f.heard) > limit
 			f.mu.RUnlock()
@@ -419,7 +423,7 @@ func (f *fleet) follow(ctx context.Context, lease clientv3.LeaseID, rev int64) e
 			// A linearizable read says which revision etcd is at; the progress notification
 			// that follows says whether the watch has delivered up to it (mark, reached).
 			asked := f.now()
-			c, cancel = f.timeout(ctx)
+			c, cancel := f.timeout(ctx)
 			resp, err := f.cli.Get(c, memberKey(f.cfg.Prefix, f.cfg.Replica), clientv3.WithCountOnly())
 			cancel()
 			if err == nil {
@@ -445,6 +449,41 @@ func (f *fleet) follow(ctx context.Context, lease clientv3.LeaseID, rev int64) e
 			if err != nil {
 				return err
 			}
+		}
+	}
+}
+
+// renewEvery is how often a lease of ttl is renewed: every beat, and at least three times per
+// TTL.
+func renewEvery(ttl time.Duration) time.Duration { return min(fleetBeat, ttl/3) }
+
+// renew renews lease until ctx ends, on a goroutine of its own: the session's loop waits for
+// requests that may each take the whole timeout (a write, a list, a read sent to a member that
+// hangs), several in one beat, and none of them may delay a renewal. Two renewals are never
+// further apart than the renewal period plus the timeout, which the TTL exceeds (leaseTTL), so
+// the lease is lost only when etcd does not answer it (F-1). A lease etcd no longer has is
+// reported on lost, which ends the session.
+func (f *fleet) renew(ctx context.Context, lease clientv3.LeaseID, lost chan<- error) {
+	t := time.NewTicker(renewEvery(leaseTTL(f.cfg.Timeout)))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		c, cancel := f.timeout(ctx)
+		_, err := f.cli.KeepAliveOnce(c, lease)
+		cancel()
+		switch {
+		case err == nil || ctx.Err() != nil:
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			f.cErrors.Inc()
+			lost <- fmt.Errorf("lease %x expired", int64(lease))
+			return
+		default:
+			f.cErrors.Inc()
+			f.noteErr(err)
 		}
 	}
 }
@@ -580,10 +619,12 @@ func (f *fleet) noteErr(err error) {
 	f.mu.Unlock()
 }
 
-// checkAlarms asks etcd (the member the client picks, on its open connection) for its alarms:
-// with one (NOSPACE), etcd refuses every write, so the others' results are frozen even when this
-// replica has nothing to write (F-4). A member that does not answer says nothing: the watch
-// judges reachability.
+// checkAlarms asks etcd (the member the client picks, on its open connection) for its status:
+// with an alarm (NOSPACE, CORRUPT), etcd refuses writes, so the others' results are frozen even
+// when this replica has nothing to write (F-4). Only alarms count. etcd lists them among the
+// status's errors, beside errors that are not alarms (a member without a leader, say): those are
+// logged when they change, and the watch, which requires a leader, judges them. A member that
+// does not answer says nothing: the watch judges reachability.
 func (f *fleet) checkAlarms(ctx context.Context) {
 	c, cancel := context.WithTimeout(ctx, min(f.cfg.Timeout, fleetBeat))
 	st, err := pb.NewMaintenanceClient(f.cli.ActiveConnection()).Status(c, &pb.StatusRequest{})
@@ -591,13 +632,38 @@ func (f *fleet) checkAlarms(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	alarm := strings.TrimSpace(strings.Join(st.GetErrors(), "; "))
+	alarm, other := alarmsOf(st.GetErrors())
 	f.mu.Lock()
 	if f.alarm != "" && alarm == "" {
 		f.since = f.now() // writes work again: every member publishes again first
 	}
 	f.alarm = alarm
+	changed := other != f.statusErr
+	f.statusErr = other
 	f.mu.Unlock()
+	if changed && other != "" {
+		log.Warningf("Fleet %s (replica %s): etcd reports %s (not an alarm)", f.cfg.Prefix, f.cfg.Replica, other)
+	}
+}
+
+// alarmsOf sorts the errors of etcd's status into its alarms, named by type and sorted (etcd
+// writes each as an AlarmMember, one per member), and the other errors.
+func alarmsOf(errs []string) (alarms, other string) {
+	var as, rest []string
+	for _, e := range errs {
+		var a pb.AlarmMember
+		if prototext.Unmarshal([]byte(e), &a) == nil && a.GetAlarm() != pb.AlarmType_NONE {
+			if name := a.GetAlarm().String(); !slices.Contains(as, name) {
+				as = append(as, name)
+			}
+			continue
+		}
+		if e = strings.TrimSpace(e); e != "" {
+			rest = append(rest, e)
+		}
+	}
+	slices.Sort(as)
+	return strings.Join(as, " "), strings.Join(rest, "; ")
 }
 
 // assess exports whether this replica decides alone (fleet_fallback: not joined, the view
