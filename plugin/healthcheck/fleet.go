@@ -19,8 +19,9 @@ const (
 	// fleetMinTTL is the shortest lease of a replica's membership and of its published results
 	// (F-1): a replica that dies drops out, and its results stop counting, when it expires.
 	fleetMinTTL = 3 * time.Second
-	// fleetBeat is how often the lease is renewed, etcd is asked for the watch's progress (whose
-	// answer says this replica's view is current) and failed writes are tried again.
+	// fleetBeat is how often the lease is renewed, etcd is asked for its revision and the watch
+	// for its progress (the view is current once the watch has delivered up to that revision),
+	// and failed writes are tried again.
 	fleetBeat = 500 * time.Millisecond
 	// fleetRetry is the wait between two attempts to join.
 	fleetRetry = time.Second
@@ -69,6 +70,8 @@ type fleet struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	kick   chan struct{} // something to write: results or the registration
+	// handover takes the requests of a leaving membership of the same name (takeOver).
+	handover chan chan bool
 
 	gMembers, gTargets, gFallback  prometheus.Gauge
 	cPublished, cReceived, cErrors prometheus.Counter
@@ -85,13 +88,20 @@ type fleet struct {
 	// since is when the view became current: the join, or the end of an outage. The fleet decides
 	// a check only one interval after it, when every member has had a round to publish.
 	since time.Time
-	// heard is the last time the watch answered: events, its creation or a progress notification
-	// (F-4). A renewal does not count: it may go through a member whose watch is not this one's.
+	// heard is when the view was last known current (F-4): the time a linearizable read (a
+	// list, or the read of every beat) was asked whose revision the mirror has reached. A
+	// renewal does not count: it may go through a member whose watch is not this one's; nor does
+	// an answer of the watch alone (reached).
 	heard time.Time
+	// seen is the revision up to which the mirror has everything (the list's, then the watch's);
+	// marks are revisions etcd returned to linearizable reads that the watch has not reached yet.
+	seen  int64
+	marks []revMark
 	// unwritten is since when a write of due results has been failing, zero while none is (F-4):
 	// an etcd that refuses writes (its space quota exceeded) freezes the fleet's view.
 	unwritten time.Time
 	alarm     string // etcd's alarms at the last look (NOSPACE: it refuses every write)
+	statusErr string // the other errors of etcd's status at the last look (logged when they change)
 	lastErr   error  // the last etcd error, for the log line
 	outage    bool   // the fleet's view went stale while joined (logged); changed by the session only
 	fallback  bool   // as exported (fleet_fallback)
@@ -104,6 +114,15 @@ type fleet struct {
 	published map[resultKey]tally
 	dirty     map[resultKey]struct{}
 }
+
+// revMark is a revision etcd returned to a linearizable read, and when the read was asked.
+type revMark struct {
+	rev   int64
+	asked time.Time
+}
+
+// maxMarks bounds the marks kept while the watch lags: the newest count, older ones are implied.
+const maxMarks = 16
 
 // fleetView is what one instance registers: the prober regions of each check that the fleet
 // block's healthcheck block defines.
@@ -163,8 +182,14 @@ func joinFleet(cfg *fleetConfig, view *fleetView) *fleet {
 }
 
 // leave drops the instance's view; the last one ends the membership: the lease is revoked, so the
-// member and its results leave the fleet at once rather than when the lease expires. The end
-// waits at most fleetRevokeWait for etcd, and not under the process's fleets lock.
+// member and its results leave the fleet at once rather than when the lease expires. When another
+// membership of this process has the same name (a reload that changed the connection, which
+// succeeded or failed), it becomes the one that writes, and it takes this replica's member key
+// and results over under its own lease before this one's lease is revoked: they are never
+// deleted in between. When it cannot (not joined, or etcd slow to answer), the lease is not
+// revoked and expires by itself, so what the heir relies on stays until the heir has written
+// it. The end waits at most fleetRevokeWait for each of the handover and the revocation, and
+// not under the process's fleets lock.
 func (f *fleet) leave(view *fleetView) {
 	fleets.Lock()
 	f.mu.Lock()
@@ -179,20 +204,22 @@ func (f *fleet) leave(view *fleetView) {
 	}
 	delete(fleets.m, f.cfg.identity())
 	name := f.cfg.name()
-	var heir *fleet
 	if rest := slices.DeleteFunc(fleets.names[name], func(o *fleet) bool { return o == f }); len(rest) > 0 {
 		fleets.names[name] = rest
-		heir = rest[len(rest)-1]
-		heir.superseded.Store(false)
 	} else {
 		delete(fleets.names, name)
 	}
 	fleets.Unlock()
-	f.stop()
-	if heir != nil {
-		// f's revocation deleted what it wrote under its lease, the keys of the same name included.
-		heir.republish()
+	// f writes nothing from now on; only then may the heir write.
+	f.halt()
+	fleets.Lock()
+	var heir *fleet
+	if rest := fleets.names[name]; len(rest) > 0 {
+		heir = rest[len(rest)-1]
+		heir.superseded.Store(false)
 	}
+	fleets.Unlock()
+	f.end(heir == nil || heir.takeOver(fleetRevokeWait))
 }
 
 func newFleet(cfg *fleetConfig) *fleet {
@@ -202,6 +229,7 @@ func newFleet(cfg *fleetConfig) *fleet {
 		cfg:        cfg,
 		now:        time.Now,
 		kick:       make(chan struct{}, 1),
+		handover:   make(chan chan bool),
 		gMembers:   fleetMembers.WithLabelValues(r),
 		gTargets:   fleetTargets.WithLabelValues(r),
 		gFallback:  fleetFallback.WithLabelValues(r),
@@ -253,16 +281,54 @@ func (f *fleet) register() {
 	}
 }
 
-// republish writes the registration and every result again under the current lease.
-func (f *fleet) republish() {
-	f.mu.Lock()
-	for k := range f.published {
-		f.dirty[k] = struct{}{}
+// takeOver has f, the membership of its name that writes, write its registration and every
+// result it publishes under its own lease now, wherever this process's keys of the name are (under
+// the lease of a membership that leaves), so that the one leaving can revoke its lease without
+// deleting them. It reports whether f did, within wait: its session does it once joined
+// (reclaim); a membership still joining when wait ends registers as it joins and publishes what
+// it was handed with its first write.
+func (f *fleet) takeOver(wait time.Duration) bool {
+	done := make(chan bool, 1)
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case f.handover <- done:
+	case <-t.C:
+		return false
 	}
-	clear(f.published)
-	f.regDue, f.regVal = true, ""
+	select {
+	case ok := <-done:
+		return ok
+	case <-t.C:
+		return false
+	}
+}
+
+// handOver passes this process's result of pair from f to g, a membership of the same name that
+// probes the target from now on (a reload that changed the connection, or the failure of one):
+// g publishes it under its own lease as soon as it writes, not at its next round, and f no longer
+// withdraws it. Until g has written it, the key stays under f's lease (leave).
+func (f *fleet) handOver(pair pairKey, g *fleet) {
+	f.mu.Lock()
+	w := f.want[pair]
+	delete(f.want, pair)
+	for region := range w {
+		delete(f.dirty, resultKey{pair: pair, region: region})
+	}
 	f.mu.Unlock()
-	f.poke()
+	if len(w) == 0 {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.want[pair] != nil {
+		return
+	}
+	g.want[pair] = w
+	for region := range w {
+		g.dirty[resultKey{pair: pair, region: region}] = struct{}{}
+	}
+	g.poke()
 }
 
 func (f *fleet) poke() {
@@ -274,8 +340,8 @@ func (f *fleet) poke() {
 
 // mode says how a round of a check with interval iv runs (F-3, F-4). joined: this replica is a
 // member, it publishes what it is chosen to probe. shared: the fleet's results decide, because
-// the view is fresh (stale says so) and etcd's watch answered within 3 intervals (a shared
-// verdict is never older), and the view has been current for an interval, so every member has
+// the view is fresh (stale says so) and was known current within 3 intervals (a shared verdict
+// is never older), and the view has been current for an interval, so every member has
 // had a round to publish since a join or an outage. Otherwise the replica probes everything and
 // decides alone. f.mu is held.
 func (f *fleet) mode(iv time.Duration) (joined, shared bool) {
@@ -289,15 +355,15 @@ func (f *fleet) mode(iv time.Duration) (joined, shared bool) {
 	return true, f.stale(now) == "" && now.Sub(f.heard) <= 3*iv && now.Sub(f.since) >= iv
 }
 
-// stale says why this replica's view of the fleet cannot be trusted at now, "" when it can: etcd's
-// watch has not answered for longer than the renewal period plus the timeout, this replica's
+// stale says why this replica's view of the fleet cannot be trusted at now, "" when it can: it
+// was last known current (heard) longer than the renewal period plus the timeout ago, this replica's
 // due results have failed to be written for as long, or etcd reports an alarm (it refuses
 // writes, so the others' results are frozen too). f.mu is held.
 func (f *fleet) stale(now time.Time) string {
 	limit := fleetBeat + f.cfg.Timeout
 	switch {
 	case now.Sub(f.heard) > limit:
-		return "etcd unreachable (no answer from its watch for " + seconds(now.Sub(f.heard)) + ")"
+		return "etcd unreachable (its watch not current for " + seconds(now.Sub(f.heard)) + ")"
 	case !f.unwritten.IsZero() && now.Sub(f.unwritten) > limit:
 		return "etcd refuses writes (results unwritten for " + seconds(now.Sub(f.unwritten)) + ")"
 	case f.alarm != "":

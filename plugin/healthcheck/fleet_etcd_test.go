@@ -2,15 +2,18 @@ package healthcheck
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 	"github.com/coresteer/coresteer/plugin/pkg/etcdtest"
 	"github.com/coresteer/coresteer/plugin/pkg/health"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -98,9 +101,14 @@ func fill(t *testing.T, cli *clientv3.Client) {
 // hung host, its connections open). Lease renewals still succeed through the other two; a watch
 // on the paused member neither delivers nor fails. The replica must not go on deciding from a
 // view the watch no longer updates: within the renewal period plus the timeout it decides alone
-// (only the watch's answers say the view is current), and it comes back to a current view (its
-// watch restarted on another member) by itself. Each member is paused in turn, so the watch's
-// own member is among them.
+// (only a watch that has delivered what etcd holds says the view is current), and it comes back
+// to a current view (its watch restarted on another member) by itself. Each member is paused in
+// turn, so the watch's own member is among them.
+//
+// The test writes w's result with a new value each time (strictly increasing prober counts) and
+// compares r's mirror with what etcd holds, read back through the members that answer: a write
+// the test had to retry (its first attempt timed out during an election) may land after a later
+// one, so the last value written is not always what etcd holds.
 func TestFleetWatchOnHungMemberF4(t *testing.T) {
 	leakCheck(t)
 	ms := etcdtest.NewCluster(t, 3)
@@ -124,53 +132,81 @@ func TestFleetWatchOnHungMemberF4(t *testing.T) {
 		t.Fatal(err)
 	}
 	resKey := prefix + resultsDir + "web/" + tg.String() + "/us-east1/w"
-	write := func(via *clientv3.Client, v string) {
+	write := func(via *clientv3.Client, seq int) {
 		t.Helper()
 		// A paused leader: the others elect a new one first.
 		waitFor30(t, "the write of w's result", func() bool {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
-			_, err := via.Put(ctx, resKey, v, clientv3.WithLease(g.ID))
+			_, err := via.Put(ctx, resKey, fmt.Sprintf(`{"nonce":"w","healthy":%d,"decided":%d}`, seq, seq), clientv3.WithLease(g.ID))
 			return err == nil
 		})
 	}
-	write(cli, `{"nonce":"w","healthy":1,"decided":1}`)
+	// held returns the sequence number of w's result as etcd holds it, 0 when the read fails.
+	held := func(via *clientv3.Client) int {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		r, err := via.Get(ctx, resKey)
+		if err != nil || len(r.Kvs) != 1 {
+			return 0
+		}
+		var v resultValue
+		if json.Unmarshal(r.Kvs[0].GetValue(), &v) != nil {
+			return 0
+		}
+		return v.Decided
+	}
+	write(cli, 1)
 	timeout := time.Second
 	cfg := testFleetConfig(eps[0], prefix, "r", 1)
 	cfg.Endpoints, cfg.Timeout = eps, timeout
 	r := startReplica(t, cfg, fleetCheck(time.Second, "europe-west1"), script, tg)
-	mirrored := func(v int) bool {
+	has := func(seq int) bool {
 		r.f.mu.RLock()
 		defer r.f.mu.RUnlock()
 		for _, s := range r.f.mirror.results[pairKey{check: "web", target: tg.String()}] {
-			if s.member == "w" && s.tally.ok == v {
+			if s.member == "w" && s.tally.got == seq {
 				return true
 			}
 		}
 		return false
 	}
-	waitFor30(t, "r shares w's result", func() bool { _, s := joinedMode(r.f); return s && mirrored(1) })
-	healthy := 1
+	shared := func() bool { _, s := joinedMode(r.f); return s }
+	waitFor30(t, "r shares w's result", func() bool { return shared() && has(1) })
+	seq := 1
 	for i, m := range ms {
 		m.Pause()
 		others := etcdtest.Client(t, nil, append(append([]string{}, eps[:i]...), eps[i+1:]...)...)
-		healthy = 1 - healthy
-		write(others, fmt.Sprintf(`{"nonce":"w","healthy":%d,"decided":1}`, healthy))
-		written := time.Now()
-		var stale time.Duration // how long after the write r decided from a view without it
-		for time.Since(written) < 10*time.Second && !mirrored(healthy) {
-			if _, s := joinedMode(r.f); s {
-				stale = time.Since(written)
+		seq++
+		write(others, seq)
+		// stale is the longest r decided from the fleet while its mirror lacked a value etcd had
+		// held for that long (since the read that first showed it).
+		var (
+			cur   int
+			since time.Time
+			stale time.Duration
+		)
+		for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+			if v := held(others); v != 0 && v != cur {
+				cur, since = v, time.Now()
 			}
-			time.Sleep(10 * time.Millisecond)
+			if cur == 0 {
+				continue
+			}
+			if has(cur) {
+				break
+			}
+			if shared() {
+				stale = max(stale, time.Since(since))
+			}
 		}
-		seen := mirrored(healthy)
+		seen := cur != 0 && has(cur)
 		m.Resume()
 		if stale > staleWithin(timeout) {
-			t.Fatalf("member %s paused: %.1fs after w's result changed, r still decided from the fleet without having seen it (change seen at last: %v; timeout %s)", m.Endpoint, stale.Seconds(), seen, timeout)
+			t.Fatalf("member %s paused: r decided from the fleet %.1fs after etcd held w's result %d without having it (seen at last: %v; timeout %s)", m.Endpoint, stale.Seconds(), cur, seen, timeout)
 		}
-		t.Logf("member %s paused: change seen %v, decided from a stale view for %.1fs", m.Endpoint, seen, stale.Seconds())
-		waitFor30(t, "r back to sharing the current result", func() bool { _, s := joinedMode(r.f); return s && mirrored(healthy) })
+		t.Logf("member %s paused: etcd holds %d (written %d), seen %v, decided from a stale view for %.1fs", m.Endpoint, cur, seq, seen, stale.Seconds())
+		waitFor30(t, "r back to sharing what etcd holds", func() bool { v := held(cli); return v != 0 && shared() && has(v) })
 	}
 }
 
@@ -255,5 +291,85 @@ func TestFleetFallbackRestartsStreakF4(t *testing.T) {
 		if st := d.status(0); st.State != health.Unhealthy {
 			t.Fatalf("d alone, its own probes failing: %v (%s), want unhealthy", st.State, st.Reason)
 		}
+	}
+}
+
+// F-4: only etcd's alarms (NOSPACE, CORRUPT: it refuses writes) make the view stale; the other
+// errors of its status are logged, not taken for alarms. An alarm raised through etcd's API is
+// seen and cleared; a member of a cluster that lost its other two members reports "no leader"
+// in its status, which is not an alarm (the watch, which requires a leader, judges that).
+func TestFleetOnlyAlarmsAreAlarmsF4(t *testing.T) {
+	leakCheck(t)
+	logs := coretest.CaptureLog(t)
+	ms := etcdtest.NewCluster(t, 3)
+	cli := ms[0].Client(t)
+	f := newFleet(testFleetConfig(ms[0].Endpoint, "/test/alarms", "r1", 1))
+	defer fleetSeries.Release("r1")
+	f.cli = cli
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := cli.Status(ctx, ms[0].Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alarm := &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: st.Header.GetMemberId(), Alarm: pb.AlarmType_NOSPACE}
+	if _, err := pb.NewMaintenanceClient(cli.ActiveConnection()).Alarm(ctx, alarm); err != nil {
+		t.Fatal(err)
+	}
+	f.heard = f.now() // the watch is not what this test is about
+	f.checkAlarms(ctx)
+	if why := f.stale(f.now()); !strings.Contains(why, "NOSPACE") {
+		t.Fatalf("alarm %q, stale %q: want NOSPACE", f.alarm, why)
+	}
+	if _, err := cli.AlarmDisarm(ctx, &clientv3.AlarmMember{MemberID: st.Header.GetMemberId(), Alarm: pb.AlarmType_NOSPACE}); err != nil {
+		t.Fatal(err)
+	}
+	f.checkAlarms(ctx)
+	if f.alarm != "" {
+		t.Fatalf("alarm %q after the disarm, want none", f.alarm)
+	}
+	ms[1].Stop()
+	ms[2].Stop()
+	waitFor30(t, "the member without a leader says so", func() bool {
+		c, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		st, err := cli.Status(c, ms[0].Endpoint)
+		return err == nil && len(st.Errors) > 0
+	})
+	f.checkAlarms(ctx)
+	if f.alarm != "" {
+		t.Fatalf("alarm %q from a status error that is no alarm", f.alarm)
+	}
+	if logs.Count("(replica r1): etcd reports", "no leader") != 1 {
+		t.Fatalf("the status error is not logged once:\n%s", logs.String())
+	}
+}
+
+// F-1: the lease is renewed on time whatever else the session waits for. Each of the session's
+// requests may take the whole timeout (a write, a list, one sent to a member that hangs), several
+// in a beat; a renewal that waited behind them would let the lease expire while etcd answers.
+// Here the session's loop is held for longer than the TTL (the test holds the fleet's lock,
+// which the loop takes at every beat): the member key must stay, under the same lease.
+func TestFleetRenewalNotDelayedF1(t *testing.T) {
+	leakCheck(t)
+	etcd := etcdtest.New(t)
+	cli := etcd.Client(t)
+	const prefix = "/test/renewal"
+	cfg := testFleetConfig(etcd.Endpoint, prefix, "r1", 1)
+	cfg.Timeout = time.Second
+	v := newFleetView([]*Check{fleetCheck(time.Second, "us-east1")})
+	f := joinFleet(cfg, v)
+	defer f.leave(v)
+	waitFor(t, "joined", func() bool { j, _ := joinedMode(f); return j })
+	lease := member(t, cli, prefix, "r1").Kvs[0].GetLease()
+	hold := leaseTTL(cfg.Timeout) + time.Second
+	f.mu.Lock()
+	gone := false
+	for end := time.Now().Add(hold); time.Now().Before(end) && !gone; time.Sleep(50 * time.Millisecond) {
+		gone = len(member(t, cli, prefix, "r1").Kvs) == 0
+	}
+	f.mu.Unlock()
+	if m := member(t, cli, prefix, "r1"); gone || len(m.Kvs) != 1 || m.Kvs[0].GetLease() != lease {
+		t.Fatalf("member %v, want it under lease %x: the lease (TTL %s) expired while the session's loop was busy", m.Kvs, lease, leaseTTL(cfg.Timeout))
 	}
 }

@@ -2,14 +2,19 @@ package healthcheck
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/plugin"
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 	"github.com/coresteer/coresteer/plugin/pkg/etcdtest"
 	"github.com/coresteer/coresteer/plugin/pkg/health"
@@ -468,5 +473,216 @@ func TestFleetCredentialsF1(t *testing.T) {
 	r.stop()
 	if n := count(); n != 0 {
 		t.Fatalf("%d keys left behind after leaving", n)
+	}
+}
+
+// gate is a directive for reloads whose end a test chooses: its OnStartup, which runs after
+// healthcheck's (it is the last directive), waits for the result the test sends on gateResult.
+// An error stands for a later plugin that fails to start, so caddy abandons the new instance
+// (lifecycle runs its shutdown) and the old one keeps serving.
+var gateResult = make(chan error)
+
+func init() {
+	plugin.Register("gate", func(c *caddy.Controller) error {
+		c.OnStartup(func() error { return <-gateResult })
+		return nil
+	})
+	dnsserver.Directives = append(dnsserver.Directives, "gate")
+}
+
+// gated adds the gate directive to the first server block of corefile.
+func gated(corefile string) string {
+	return strings.Replace(corefile, "\twhoami\n", "\twhoami\n\tgate\n", 1)
+}
+
+// leaseWatch records the events under prefix (the fleet's keys and an end marker beside them).
+type leaseWatch struct {
+	t      *testing.T
+	cli    *clientv3.Client
+	prefix string
+	ch     clientv3.WatchChan
+}
+
+func watchLeases(t *testing.T, cli *clientv3.Client, prefix string, rev int64) *leaseWatch {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	return &leaseWatch{t: t, cli: cli, prefix: prefix, ch: cli.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))}
+}
+
+// until reads events until cond says stop, failing after 30 s.
+func (w *leaseWatch) until(what string, cond func(*clientv3.Event) bool) {
+	w.t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case wr := <-w.ch:
+			if slices.ContainsFunc(wr.Events, cond) {
+				return
+			}
+		case <-timeout:
+			w.t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// deletions writes an end marker beside the fleet's keys and returns the fleet's keys deleted
+// up to it: a member key or a result that went away, however briefly.
+func (w *leaseWatch) deletions() []string {
+	w.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	end := w.prefix + "-end"
+	if _, err := w.cli.Put(ctx, end, "x"); err != nil {
+		w.t.Fatal(err)
+	}
+	var gone []string
+	w.until("the end marker", func(ev *clientv3.Event) bool {
+		k := string(ev.GetKv().GetKey())
+		if ev.Type == clientv3.EventTypeDelete && strings.HasPrefix(k, w.prefix+"/") { //nolint:protogetter // Event is clientv3's own type
+			gone = append(gone, k)
+		}
+		return k == end
+	})
+	return gone
+}
+
+// F-1 through a real reload that fails: the new instance's membership (the fleet's timeout
+// changed) takes the member key over, then the reload fails. Its shutdown must not take the
+// surviving membership's keys with its lease: the member key and the result are handed back to
+// the survivor's lease without ever being deleted, the survivor keeps its session (no rejoin),
+// one lease is left, and goroutines are back to their number.
+func TestFleetFailedReloadKeepsKeysF1(t *testing.T) {
+	leakCheck(t)
+	logs := coretest.CaptureLog(t)
+	etcd := etcdtest.New(t)
+	cli := etcd.Client(t)
+	b := listen(t, "127.0.86.30:0")
+	const prefix = "/test/failedreload"
+	s := coretest.Start(t, fleetLB(etcd.Endpoint, prefix, "3s", b.addr()))
+	waitFor(t, "the replica's result of its target", func() bool { return results(t, cli, prefix) == 1 })
+	m0 := member(t, cli, prefix, "r1")
+	lease0 := m0.Kvs[0].GetLease()
+	others := func() int { return runtime.NumGoroutine() - int(defaultRegistry.workers.Load()) }
+	w := watchLeases(t, cli, prefix, m0.Header.GetRevision())
+	g0 := others()
+	errc := make(chan error, 1)
+	go func() { errc <- s.Reload(gated(fleetLB(etcd.Endpoint, prefix, "2s", b.addr()))) }()
+	w.until("the new membership's registration", func(ev *clientv3.Event) bool {
+		return string(ev.GetKv().GetKey()) == memberKey(prefix, "r1") && ev.GetKv().GetLease() != lease0
+	})
+	gateResult <- errors.New("a later plugin failed")
+	if err := <-errc; err == nil {
+		t.Fatal("the gated reload succeeded")
+	}
+	if gone := w.deletions(); len(gone) != 0 {
+		t.Fatalf("the failed instance's shutdown deleted the survivor's keys %v", gone)
+	}
+	if m := member(t, cli, prefix, "r1"); len(m.Kvs) != 1 || m.Kvs[0].GetLease() != lease0 {
+		t.Fatalf("member %v, want it under the surviving lease %x", m.Kvs, lease0)
+	}
+	if n := results(t, cli, prefix); n != 1 {
+		t.Fatalf("%d results, want the survivor's one", n)
+	}
+	waitFor30(t, "one lease left", func() bool { return leases(t, cli) == 1 })
+	if n := logs.Count("(replica r1): session lost"); n != 0 {
+		t.Fatalf("the survivor lost its session:\n%s", strings.Join(logs.Lines("Fleet"), "\n"))
+	}
+	waitFor(t, "goroutines back to their number before the reload", func() bool { return others() <= g0 })
+	s.Stop()
+	if m := member(t, cli, prefix, "r1"); len(m.Kvs) != 0 || leases(t, cli) != 0 {
+		t.Fatalf("after shutdown: member %v, %d leases", m.Kvs, leases(t, cli))
+	}
+}
+
+// F-1 through a real reload that succeeds and changes the fleet's timeout: the new membership
+// takes the member key and the published result over before the old one's lease is revoked, so
+// neither is ever deleted; one member key, one lease (the new one); the heir's own writes of its
+// registration then work (a reload that changes the check's region rewrites it under the same
+// lease, without a rejoin); goroutines are back to their number.
+func TestFleetReloadHandsKeysOverF1(t *testing.T) {
+	leakCheck(t)
+	logs := coretest.CaptureLog(t)
+	etcd := etcdtest.New(t)
+	cli := etcd.Client(t)
+	b := listen(t, "127.0.86.31:0")
+	const prefix = "/test/handover"
+	s := coretest.Start(t, fleetLB(etcd.Endpoint, prefix, "3s", b.addr()))
+	waitFor(t, "the replica's result of its target", func() bool { return results(t, cli, prefix) == 1 })
+	m0 := member(t, cli, prefix, "r1")
+	lease0 := m0.Kvs[0].GetLease()
+	others := func() int { return runtime.NumGoroutine() - int(defaultRegistry.workers.Load()) }
+	w := watchLeases(t, cli, prefix, m0.Header.GetRevision())
+	g0 := others()
+	errc := make(chan error, 1)
+	go func() { errc <- s.Reload(gated(fleetLB(etcd.Endpoint, prefix, "2s", b.addr()))) }()
+	var lease1 int64
+	w.until("the new membership's registration", func(ev *clientv3.Event) bool {
+		lease1 = ev.GetKv().GetLease()
+		return string(ev.GetKv().GetKey()) == memberKey(prefix, "r1") && lease1 != lease0
+	})
+	gateResult <- nil
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	waitFor30(t, "the old lease gone", func() bool { return leases(t, cli) == 1 })
+	if gone := w.deletions(); len(gone) != 0 {
+		t.Fatalf("the handover deleted %v", gone)
+	}
+	if m := member(t, cli, prefix, "r1"); len(m.Kvs) != 1 || m.Kvs[0].GetLease() != lease1 {
+		t.Fatalf("member %v, want it under the new lease %x", m.Kvs, lease1)
+	}
+	if n := results(t, cli, prefix); n != 1 {
+		t.Fatalf("%d results, want 1", n)
+	}
+	// The heir registers a change under its lease.
+	if err := s.Reload(strings.Replace(fleetLB(etcd.Endpoint, prefix, "2s", b.addr()), "prober us-east1", "prober europe-west1", 1)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor30(t, "the new region registered", func() bool {
+		m := member(t, cli, prefix, "r1")
+		return len(m.Kvs) == 1 && strings.Contains(string(m.Kvs[0].GetValue()), "europe-west1")
+	})
+	if m := member(t, cli, prefix, "r1"); m.Kvs[0].GetLease() != lease1 || leases(t, cli) != 1 {
+		t.Fatalf("member %v, %d leases: want the heir's lease %x only", m.Kvs, leases(t, cli), lease1)
+	}
+	if n := logs.Count("(replica r1): session lost"); n != 0 {
+		t.Fatalf("the heir lost its session:\n%s", strings.Join(logs.Lines("Fleet"), "\n"))
+	}
+	waitFor(t, "goroutines back to their number before the reloads", func() bool { return others() <= g0 })
+	s.Stop()
+	if m := member(t, cli, prefix, "r1"); len(m.Kvs) != 0 || leases(t, cli) != 0 {
+		t.Fatalf("after shutdown: member %v, %d leases", m.Kvs, leases(t, cli))
+	}
+}
+
+// F-1: a replica whose member key or published result disappears while its lease lives (the
+// revocation or expiry of another membership of the process that held them last, or an operator)
+// writes them again under its lease at once, seeing the deletion in its watch; it does not stay
+// joined but invisible to the fleet until its registration changes, nor rejoin.
+func TestFleetOwnKeysRestoredF1(t *testing.T) {
+	leakCheck(t)
+	etcd := etcdtest.New(t)
+	cli := etcd.Client(t)
+	const prefix = "/test/restored"
+	tg := netip.MustParseAddrPort("127.0.86.32:80")
+	script := newRegionScript()
+	script.set(tg, "us-east1")
+	startReplica(t, testFleetConfig(etcd.Endpoint, prefix, "r1", 1), fleetCheck(time.Second, "us-east1"), script, tg)
+	waitFor30(t, "the member and its result", func() bool {
+		return len(member(t, cli, prefix, "r1").Kvs) == 1 && results(t, cli, prefix) == 1
+	})
+	lease := member(t, cli, prefix, "r1").Kvs[0].GetLease()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := cli.Txn(ctx).Then(clientv3.OpDelete(memberKey(prefix, "r1")), clientv3.OpDelete(prefix+resultsDir, clientv3.WithPrefix())).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor30(t, "the member and its result written again", func() bool {
+		m := member(t, cli, prefix, "r1")
+		return len(m.Kvs) == 1 && results(t, cli, prefix) == 1
+	})
+	if m := member(t, cli, prefix, "r1"); m.Kvs[0].GetLease() != lease {
+		t.Fatalf("member under lease %x, want the session's %x (no rejoin)", m.Kvs[0].GetLease(), lease)
 	}
 }

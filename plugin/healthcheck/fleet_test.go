@@ -244,8 +244,8 @@ func TestFleetModeF4(t *testing.T) {
 	if _, s := f.mode(iv); s || !strings.HasPrefix(f.stale(now), "etcd refuses writes") {
 		t.Fatalf("due results unwritten past the timeout: want the replica alone (%q)", f.stale(now))
 	}
-	f.unwritten, f.alarm = time.Time{}, "memberID:1 alarm:NOSPACE"
-	if _, s := f.mode(iv); s || !strings.Contains(f.stale(now), "alarm:NOSPACE") {
+	f.unwritten, f.alarm = time.Time{}, "NOSPACE"
+	if _, s := f.mode(iv); s || !strings.Contains(f.stale(now), "alarm NOSPACE") {
 		t.Fatalf("etcd reports an alarm: want the replica alone (%q)", f.stale(now))
 	}
 	f.alarm, f.dup = "", true
@@ -259,8 +259,41 @@ func TestFleetModeF4(t *testing.T) {
 	}
 }
 
+// F-4: an answer of the watch alone does not make the view current. Its member answers a
+// progress request at once with its own revision, also when it fell behind the cluster: a
+// keepalive of the stream, not a sign that the mirror has what etcd holds. The view is current
+// as of a linearizable read once the watch has delivered up to the revision that read returned.
+func TestFleetFreshNeedsCurrentRevisionF4(t *testing.T) {
+	now := time.Unix(1000, 0)
+	f := &fleet{cfg: &fleetConfig{Timeout: time.Second}, now: func() time.Time { return now }}
+	iv := time.Second
+	f.joined, f.since, f.seen, f.heard = true, now.Add(-time.Hour), 10, now
+	now = now.Add(time.Second)
+	asked := now
+	f.mark(12, asked) // etcd is at revision 12
+	now = now.Add(time.Second)
+	f.reached(10) // the watch's member answers, at its old revision, again and again
+	f.reached(11)
+	if _, s := f.mode(iv); s || !strings.HasPrefix(f.stale(now), "etcd unreachable") {
+		t.Fatalf("the watch answers at revision 11 of 12 for 2 s: want the replica alone (%q)", f.stale(now))
+	}
+	f.reached(12)
+	if !f.heard.Equal(asked) {
+		t.Fatalf("heard %v, want the time of the read the watch caught up with (%v)", f.heard, asked)
+	}
+	if f.stale(now) != "" {
+		t.Fatalf("the watch delivered up to etcd's revision of 1 s ago: want the view fresh (%q)", f.stale(now))
+	}
+	// A read whose revision the mirror already has: current at once.
+	now = now.Add(time.Second)
+	f.mark(12, now)
+	if !f.heard.Equal(now) || len(f.marks) != 0 {
+		t.Fatalf("heard %v, %d marks: want now and none", f.heard, len(f.marks))
+	}
+}
+
 // F-1, F-4: the lease outlives a renewal that takes the whole timeout: the timeout plus a second,
-// in whole seconds, at least 3 s.
+// in whole seconds, at least 3 s; it is renewed at least three times per TTL.
 func TestLeaseTTL(t *testing.T) {
 	for _, tc := range []struct{ timeout, want time.Duration }{
 		{100 * time.Millisecond, 3 * time.Second},
@@ -273,8 +306,9 @@ func TestLeaseTTL(t *testing.T) {
 		if got := leaseTTL(tc.timeout); got != tc.want {
 			t.Errorf("timeout %s: TTL %s, want %s", tc.timeout, got, tc.want)
 		}
-		if got := leaseTTL(tc.timeout); got < tc.timeout+fleetBeat {
-			t.Errorf("timeout %s: TTL %s shorter than a renewal period plus the timeout", tc.timeout, got)
+		ttl := leaseTTL(tc.timeout)
+		if every := renewEvery(ttl); every > ttl/3 || every+tc.timeout >= ttl {
+			t.Errorf("timeout %s: renewal every %s with TTL %s: a renewal that takes the whole timeout lands after the lease expired", tc.timeout, every, ttl)
 		}
 	}
 }
@@ -340,6 +374,44 @@ func TestFleetLateJoinerSameVerdictF3(t *testing.T) {
 	agreeThroughout(t, 3*check().Interval, []*replica{a, b})
 	if st := b.status(0); st.State != health.Healthy || st.Reason != "fleet: 1/1 regions healthy" {
 		t.Errorf("b: %v (%s), want a's healthy prober's verdict", st.State, st.Reason)
+	}
+}
+
+// F-3 when no prober of any member has a state for a (check, target): the verdict is still a
+// function of etcd's contents, Unknown on every replica (served, H-2; no result is no failure,
+// HC-3), not whatever a replica decided before. Members of us-east1, replicas_per_region 1: c
+// probes the target (it fails), a and b only read; their own probes give no result. a serves
+// the fleet's Unhealthy; c leaves, its lease and results with it; b joins afterwards. With the
+// same keys in etcd (no state of the target at all), a and b say the same: Unknown.
+func TestFleetNoStateSameVerdictF3(t *testing.T) {
+	leakCheck(t)
+	etcd := etcdtest.New(t)
+	const prefix = "/test/nostate"
+	// A target c wins in us-east1 against a and b (rendezvous).
+	var tg netip.AddrPort
+	for i := 1; i < 250; i++ {
+		tg = netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 88, byte(i)}), 80)
+		if chosen([]string{"a", "b", "c"}, "c", "web|"+tg.String()+"|us-east1", 1) {
+			break
+		}
+	}
+	iv := time.Second
+	c := startProbeReplica(t, testFleetConfig(etcd.Endpoint, prefix, "c", 1), fleetCheck(iv, "us-east1"), (&flipScript{pattern: func(int) bool { return true }}).probe, tg)
+	a := startProbeReplica(t, testFleetConfig(etcd.Endpoint, prefix, "a", 1), fleetCheck(iv, "us-east1"), (&flipScript{nores: true}).probe, tg)
+	waitFor30(t, "a serves the fleet's unhealthy", func() bool {
+		st := a.status(0)
+		return st.State == health.Unhealthy && st.Reason == "fleet: 0/1 regions healthy (us-east1: status 503)"
+	})
+	c.stop() // its lease is revoked: no prober of the fleet has a state of the target any more
+	b := startProbeReplica(t, testFleetConfig(etcd.Endpoint, prefix, "b", 1), fleetCheck(iv, "us-east1"), (&flipScript{nores: true}).probe, tg)
+	waitFor30(t, "b decides from the fleet", func() bool { _, s := joinedMode(b.f); return s })
+	// b's verdict is the fleet's from its first round planned once the fleet decides (the one in
+	// flight may have been planned before).
+	r0 := b.reg.rounds.Load()
+	waitFor30(t, "two rounds of b", func() bool { return b.reg.rounds.Load() >= r0+2 })
+	agreeThroughout(t, 2*iv, []*replica{a, b})
+	if st := b.status(0); st.State != health.Unknown || st.Reason != "fleet: no prober has a state" {
+		t.Errorf("b: %v (%s), want unknown: no prober of the fleet has a state", st.State, st.Reason)
 	}
 }
 

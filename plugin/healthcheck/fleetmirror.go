@@ -88,6 +88,7 @@ type change struct {
 	member  bool    // the key is a member's
 	members bool    // the members or their regions changed
 	pair    pairKey // the (check, target) of a result key
+	region  string  // and its region
 }
 
 // apply records a put (value != nil) or a delete of key.
@@ -105,7 +106,7 @@ func (m *mirror) apply(prefix, key string, value []byte) (change, error) {
 			return change{}, fmt.Errorf("result key %q: want CHECK/TARGET/REGION/REPLICA", key)
 		}
 		k := resultKey{pair: pairKey{check: parts[0], target: parts[1]}, region: parts[2]}
-		c := change{replica: parts[3], pair: k.pair}
+		c := change{replica: parts[3], pair: k.pair, region: k.region}
 		if value == nil {
 			m.deleteResult(k, parts[3])
 			return c, nil

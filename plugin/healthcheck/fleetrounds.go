@@ -89,7 +89,10 @@ func (r *Registry) refresh(f *fleet, pairs []pairKey) {
 // decideShared sets p's verdict from the fleet's results, when the fleet decides its check now
 // (F-3): HC-2 over the states of every prober of the fleet that has one, with no threshold of
 // this replica's own, so the same keys in etcd give every replica the same verdict and reason.
-// When no prober has a state yet, nothing changes (HC-3).
+// When no prober of any member has a state (none published yet, or every one gone with its
+// lease), the verdict is Unknown, as for a new target: served (H-2), no failure (HC-3), and the
+// same on every replica, rather than whatever each replica decided before (its own verdict, or
+// a shared one whose results no longer exist, F-4).
 func (r *Registry) decideShared(p *probe, run *checkRun) {
 	c := run.check
 	pair := pairKey{check: c.Name, target: p.key.target.String()}
@@ -100,13 +103,16 @@ func (r *Registry) decideShared(p *probe, run *checkRun) {
 		return
 	}
 	v := aggregate(ts)
-	if v.outcome == noResult {
-		return
-	}
-	st := health.Healthy
-	if v.outcome == failure {
+	st, reason := health.Healthy, "fleet: "+v.reason
+	switch v.outcome {
+	case failure:
 		st = health.Unhealthy
+	case noResult:
+		st, reason = health.Unknown, noStateReason
 	}
 	p.shared = true
-	r.set(p, run, st, "fleet: "+v.reason)
+	r.set(p, run, st, reason)
 }
+
+// noStateReason is the reason of the fleet's verdict when no prober of any member has a state.
+const noStateReason = "fleet: no prober has a state"

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -20,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/encoding/prototext"
 )
 
 var (
@@ -27,8 +29,6 @@ var (
 	errDuplicate = errors.New("replica name in use")
 	// errSuperseded: a newer membership of this process has the name (fleet.superseded).
 	errSuperseded = errors.New("superseded by a newer membership of this process")
-	// errMemberGone: the member key is no longer this session's (taken over, or deleted).
-	errMemberGone = errors.New("the member key is gone")
 )
 
 // keepaliveTime is how often gRPC pings an idle etcd connection, so a member that stopped
@@ -67,19 +67,23 @@ func (f *fleet) start() {
 	go f.run(ctx)
 }
 
-// stop ends the session, revokes the leases (the member and its results leave at once) and
-// closes the client, waiting for every goroutine it started but at most fleetRevokeWait for
-// etcd.
-func (f *fleet) stop() {
+// halt ends the session and waits for every goroutine it started: nothing is written after it.
+func (f *fleet) halt() {
 	f.cancel()
 	<-f.done
+}
+
+// end revokes the leases when revoke (the member and its results leave at once; otherwise they
+// expire by themselves) and closes the client, waiting at most fleetRevokeWait for etcd. The
+// session has halted.
+func (f *fleet) end(revoke bool) {
 	if f.cli != nil {
 		f.mu.RLock()
 		leases := []clientv3.LeaseID{f.lease, f.old}
 		f.mu.RUnlock()
 		ctx, cancel := context.WithTimeout(context.Background(), min(fleetRevokeWait, f.cfg.Timeout))
 		for _, l := range leases {
-			if l != 0 {
+			if l != 0 && revoke {
 				_, _ = f.cli.Revoke(ctx, l)
 			}
 		}
@@ -214,12 +218,12 @@ func (f *fleet) session(ctx context.Context) error {
 	f.lease = lease
 	f.mu.Unlock()
 	if err := f.claim(ctx, lease); err != nil {
-		f.drop(lease)
+		f.drop(ctx, lease)
 		return err
 	}
 	rev, err := f.list(ctx)
 	if err != nil {
-		f.drop(lease)
+		f.drop(ctx, lease)
 		return err
 	}
 	f.mu.Lock()
@@ -236,10 +240,14 @@ func (f *fleet) session(ctx context.Context) error {
 	return f.follow(ctx, lease, rev)
 }
 
-// drop revokes a lease whose session did not start, waiting at most fleetRevokeWait (ctx may
-// be ending: a stop while joining). A lease it could not revoke is left to the next session or
-// to stop.
-func (f *fleet) drop(lease clientv3.LeaseID) {
+// drop revokes a lease whose session did not start, waiting at most fleetRevokeWait. A lease it
+// could not revoke is left to the next session or to end; so is one of a session that ended
+// because the membership is ending (ctx done: a stop or a reload while joining), since end knows
+// whether another membership of the name still needs what is under it.
+func (f *fleet) drop(ctx context.Context, lease clientv3.LeaseID) {
+	if ctx.Err() != nil {
+		return
+	}
 	c, cancel := context.WithTimeout(context.Background(), min(fleetRevokeWait, f.cfg.Timeout))
 	_, err := f.cli.Revoke(c, lease)
 	cancel()
@@ -279,7 +287,11 @@ func (f *fleet) claim(ctx context.Context, lease clientv3.LeaseID) error {
 	if len(kvs) > 0 {
 		var v memberValue
 		if json.Unmarshal(kvs[0].GetValue(), &v) == nil && v.Nonce == processNonce {
-			// This process's, from a lease the revocation missed or an older membership: take it.
+			// This process's, from a lease the revocation missed or another membership: take it,
+			// unless a newer membership has the name now (it may have taken the key already).
+			if f.superseded.Load() {
+				return errSuperseded
+			}
 			if _, err := f.cli.Put(c, key, val, clientv3.WithLease(lease)); err != nil {
 				return f.fail(fmt.Errorf("registering: %w", err))
 			}
@@ -299,6 +311,7 @@ func (f *fleet) claim(ctx context.Context, lease clientv3.LeaseID) error {
 
 // list reads the whole prefix into a new mirror and returns its revision.
 func (f *fleet) list(ctx context.Context) (int64, error) {
+	asked := f.now()
 	c, cancel := f.timeout(ctx)
 	resp, err := f.cli.Get(c, f.cfg.Prefix+"/", clientv3.WithPrefix())
 	cancel()
@@ -311,16 +324,21 @@ func (f *fleet) list(ctx context.Context) (int64, error) {
 			log.Warningf("Fleet %s (replica %s): ignoring %v", f.cfg.Prefix, f.cfg.Replica, err)
 		}
 	}
+	rev := resp.Header.GetRevision()
 	f.mu.Lock()
 	changed := !sameMembers(f.mirror.members, m.members)
 	f.mirror = m
 	if changed {
 		f.viewChanged()
 	}
+	// The list is a linearizable read: the new mirror is current as of when it was asked.
+	f.seen = rev
+	f.settle()
+	f.current(asked)
 	f.mu.Unlock()
 	// The results are new too: decide again from them.
 	f.membersChanged()
-	return resp.Header.GetRevision(), nil
+	return rev, nil
 }
 
 func sameMembers(a, b map[string]memberValue) bool {
@@ -352,14 +370,14 @@ func (w *fleetWatch) stop() {
 	<-w.done
 }
 
-// follow renews the lease every beat, asks the watch for its progress and writes what this
-// replica publishes, until the lease is lost or ctx ends; the watch's reader applies it to the
-// mirror. Only the watch's answers say the view is current (F-4). A watch that does not answer
-// (a member that hangs with the connection open), ends, fails or was compacted away is
-// restarted at a beat: the prefix listed again, then watched on a stream of its own, which the
-// client sends to a member of its choice. The list is a linearizable read, so the view is
-// current again whatever the old watch missed (etcd 3.4 may notify a watch's progress before
-// delivering its events).
+// follow has the lease renewed (renew) and, every beat, reads etcd's revision, asks the watch for
+// its progress and writes what this replica publishes, until the lease is lost or ctx ends; the
+// watch's reader applies it to the mirror. The view is current as of a read once the watch has
+// delivered up to its revision (F-4: mark, reached). A watch that does not answer (a member that
+// hangs with the connection open), ends, fails or was compacted away is restarted at a beat: the
+// prefix listed again, then watched on a stream of its own, which the client sends to a member of
+// its choice. The list is a linearizable read, so the view is current again whatever the old
+// watch missed (etcd 3.4 may notify a watch's progress before delivering its events).
 func (f *fleet) follow(ctx context.Context, lease clientv3.LeaseID, rev int64) error {
 	n := 0
 	w := f.watch(ctx, rev, n)
@@ -372,6 +390,17 @@ func (f *fleet) follow(ctx context.Context, lease clientv3.LeaseID, rev int64) e
 			w = f.watch(ctx, rev, n)
 		}
 	}
+	lost := make(chan error, 1)
+	rctx, stopRenewing := context.WithCancel(ctx)
+	renewing := make(chan struct{})
+	go func() {
+		defer close(renewing)
+		f.renew(rctx, lease, lost)
+	}()
+	defer func() {
+		stopRenewing()
+		<-renewing
+	}()
 	beat := time.NewTicker(fleetBeat)
 	defer beat.Stop()
 	if err := f.write(ctx, lease); err != nil {
@@ -382,22 +411,23 @@ func (f *fleet) follow(ctx context.Context, lease clientv3.LeaseID, rev int64) e
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case err := <-lost:
+			return err
 		case <-beat.C:
-			c, cancel := f.timeout(ctx)
-			_, err := f.cli.KeepAliveOnce(c, lease)
-			cancel()
-			if err != nil {
-				f.cErrors.Inc()
-				if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-					return fmt.Errorf("lease %x expired", int64(lease))
-				}
-				f.noteErr(err)
-			}
 			f.mu.RLock()
 			silent := f.now().Sub(f.heard) > limit
 			f.mu.RUnlock()
 			if w.ended.Load() || (silent && time.Since(w.started) > limit) {
 				restart()
+			}
+			// A linearizable read says which revision etcd is at; the progress notification
+			// that follows says whether the watch has delivered up to it (mark, reached).
+			asked := f.now()
+			c, cancel := f.timeout(ctx)
+			resp, err := f.cli.Get(c, memberKey(f.cfg.Prefix, f.cfg.Replica), clientv3.WithCountOnly())
+			cancel()
+			if err == nil {
+				f.mark(resp.Header.GetRevision(), asked)
 			}
 			c, cancel = context.WithTimeout(w.ctx, f.cfg.Timeout)
 			_ = f.cli.RequestProgress(c)
@@ -413,8 +443,82 @@ func (f *fleet) follow(ctx context.Context, lease clientv3.LeaseID, rev int64) e
 			if err := f.write(ctx, lease); err != nil {
 				return err
 			}
+		case done := <-f.handover:
+			ok, err := f.reclaim(ctx, lease)
+			done <- ok
+			if err != nil {
+				return err
+			}
 		}
 	}
+}
+
+// renewEvery is how often a lease of ttl is renewed: every beat, and at least three times per
+// TTL.
+func renewEvery(ttl time.Duration) time.Duration { return min(fleetBeat, ttl/3) }
+
+// renew renews lease until ctx ends, on a goroutine of its own: the session's loop waits for
+// requests that may each take the whole timeout (a write, a list, a read sent to a member that
+// hangs), several in one beat, and none of them may delay a renewal. Two renewals are never
+// further apart than the renewal period plus the timeout, which the TTL exceeds (leaseTTL), so
+// the lease is lost only when etcd does not answer it (F-1). A lease etcd no longer has is
+// reported on lost, which ends the session.
+func (f *fleet) renew(ctx context.Context, lease clientv3.LeaseID, lost chan<- error) {
+	t := time.NewTicker(renewEvery(leaseTTL(f.cfg.Timeout)))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		c, cancel := f.timeout(ctx)
+		_, err := f.cli.KeepAliveOnce(c, lease)
+		cancel()
+		switch {
+		case err == nil || ctx.Err() != nil:
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			f.cErrors.Inc()
+			lost <- fmt.Errorf("lease %x expired", int64(lease))
+			return
+		default:
+			f.cErrors.Inc()
+			f.noteErr(err)
+		}
+	}
+}
+
+// reclaim registers this replica again under lease, taking this process's member key over
+// wherever it is (claim: no compare on a lease the key may no longer have), and writes every
+// result this replica publishes again under lease: a membership of the same name leaves and will
+// revoke its lease (takeOver). It reports whether everything was written; an error ends the
+// session (a lost lease, or the name taken by another process).
+func (f *fleet) reclaim(ctx context.Context, lease clientv3.LeaseID) (bool, error) {
+	if err := f.claim(ctx, lease); err != nil {
+		if errors.Is(err, errDuplicate) {
+			return false, err
+		}
+		return false, nil // not answered: the session goes on, the leaving lease expires
+	}
+	f.mu.Lock()
+	for k := range f.published {
+		f.dirty[k] = struct{}{}
+		if _, want := f.want[k.pair][k.region]; want {
+			delete(f.published, k) // written again, under lease
+		}
+	}
+	for pair, w := range f.want {
+		for region := range w {
+			f.dirty[resultKey{pair: pair, region: region}] = struct{}{}
+		}
+	}
+	f.mu.Unlock()
+	if err := f.write(ctx, lease); err != nil {
+		return false, err
+	}
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.unwritten.IsZero(), nil
 }
 
 // watch watches the prefix from the revision after rev, on a gRPC stream of its own (number n),
@@ -441,22 +545,72 @@ func (f *fleet) watch(ctx context.Context, rev int64, n int) *fleetWatch {
 				return
 			}
 			f.apply(wr.Events)
-			f.hear()
+			f.reached(wr.Header.GetRevision())
 		}
 	}()
 	return w
 }
 
-// hear records that the watch answered. After an outage the view is current again from now: the
-// fleet decides again one interval later, once every member has published again (F-4).
-func (f *fleet) hear() {
+// mark records that etcd returned revision rev to a linearizable read asked at asked: once the
+// watch has delivered everything up to rev, the view is current as of asked (F-4).
+func (f *fleet) mark(rev int64, asked time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	now := f.now()
-	if now.Sub(f.heard) > fleetBeat+f.cfg.Timeout {
+	if rev <= f.seen {
+		f.current(asked)
+		return
+	}
+	if len(f.marks) == maxMarks {
+		f.marks = append(f.marks[:0], f.marks[1:]...)
+	}
+	f.marks = append(f.marks, revMark{rev: rev, asked: asked})
+}
+
+// reached records that the watch has delivered everything up to rev: the revision of its
+// events, or of its progress notification or creation. Alone, that answer says only that the
+// watch's member answers, not that it is current: a member that fell behind the cluster (a hung
+// apply, a lost leader not noticed yet) answers a progress request at once with its own old
+// revision, as a keepalive of the stream. The view is current only as of the latest
+// linearizable read whose revision the watch has reached (mark).
+func (f *fleet) reached(rev int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.seen = max(f.seen, rev)
+	f.settle()
+}
+
+// settle drops the marks the mirror has reached (seen), the view being current as of the latest
+// of them. f.mu is held.
+func (f *fleet) settle() {
+	var asked time.Time
+	n := 0
+	for _, m := range f.marks {
+		if m.rev <= f.seen {
+			if m.asked.After(asked) {
+				asked = m.asked
+			}
+			continue
+		}
+		f.marks[n] = m
+		n++
+	}
+	f.marks = f.marks[:n]
+	if !asked.IsZero() {
+		f.current(asked)
+	}
+}
+
+// current records that the view is current as of asked. After an outage the view is current
+// again from now: the fleet decides again one interval later, once every member has published
+// again (F-4). f.mu is held.
+func (f *fleet) current(asked time.Time) {
+	if !asked.After(f.heard) {
+		return
+	}
+	if now := f.now(); now.Sub(f.heard) > fleetBeat+f.cfg.Timeout {
 		f.since = now
 	}
-	f.heard = now
+	f.heard = asked
 }
 
 func (f *fleet) noteErr(err error) {
@@ -465,10 +619,12 @@ func (f *fleet) noteErr(err error) {
 	f.mu.Unlock()
 }
 
-// checkAlarms asks etcd (the member the client picks, on its open connection) for its alarms:
-// with one (NOSPACE), etcd refuses every write, so the others' results are frozen even when this
-// replica has nothing to write (F-4). A member that does not answer says nothing: the watch
-// judges reachability.
+// checkAlarms asks etcd (the member the client picks, on its open connection) for its status:
+// with an alarm (NOSPACE, CORRUPT), etcd refuses writes, so the others' results are frozen even
+// when this replica has nothing to write (F-4). Only alarms count. etcd lists them among the
+// status's errors, beside errors that are not alarms (a member without a leader, say): those are
+// logged when they change, and the watch, which requires a leader, judges them. A member that
+// does not answer says nothing: the watch judges reachability.
 func (f *fleet) checkAlarms(ctx context.Context) {
 	c, cancel := context.WithTimeout(ctx, min(f.cfg.Timeout, fleetBeat))
 	st, err := pb.NewMaintenanceClient(f.cli.ActiveConnection()).Status(c, &pb.StatusRequest{})
@@ -476,13 +632,38 @@ func (f *fleet) checkAlarms(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	alarm := strings.TrimSpace(strings.Join(st.GetErrors(), "; "))
+	alarm, other := alarmsOf(st.GetErrors())
 	f.mu.Lock()
 	if f.alarm != "" && alarm == "" {
 		f.since = f.now() // writes work again: every member publishes again first
 	}
 	f.alarm = alarm
+	changed := other != f.statusErr
+	f.statusErr = other
 	f.mu.Unlock()
+	if changed && other != "" {
+		log.Warningf("Fleet %s (replica %s): etcd reports %s (not an alarm)", f.cfg.Prefix, f.cfg.Replica, other)
+	}
+}
+
+// alarmsOf sorts the errors of etcd's status into its alarms, named by type and sorted (etcd
+// writes each as an AlarmMember, one per member), and the other errors.
+func alarmsOf(errs []string) (alarms, other string) {
+	var as, rest []string
+	for _, e := range errs {
+		var a pb.AlarmMember
+		if prototext.Unmarshal([]byte(e), &a) == nil && a.GetAlarm() != pb.AlarmType_NONE {
+			if name := a.GetAlarm().String(); !slices.Contains(as, name) {
+				as = append(as, name)
+			}
+			continue
+		}
+		if e = strings.TrimSpace(e); e != "" {
+			rest = append(rest, e)
+		}
+	}
+	slices.Sort(as)
+	return strings.Join(as, " "), strings.Join(rest, "; ")
 }
 
 // assess exports whether this replica decides alone (fleet_fallback: not joined, the view
@@ -527,6 +708,9 @@ func (f *fleet) apply(evs []*clientv3.Event) {
 			continue
 		}
 		members = members || c.members
+		if c.replica == f.cfg.Replica {
+			f.ownKey(ev, c)
+		}
 		if c.member {
 			continue
 		}
@@ -548,10 +732,36 @@ func (f *fleet) apply(evs []*clientv3.Event) {
 	}
 }
 
+// ownKey notes that this replica's member key or one of its published results was deleted, or
+// written under another lease than this session's: another membership of this process had it, and
+// that membership's lease went (a reload, its failure) or will go. The registration and the result
+// are written again under this session's lease, so no key of this replica lives or dies with a
+// lease it does not renew. f.mu is held.
+func (f *fleet) ownKey(ev *clientv3.Event, c change) {
+	if !f.joined {
+		return
+	}
+	if ev.Type != clientv3.EventTypeDelete && clientv3.LeaseID(ev.Kv.GetLease()) == f.lease { //nolint:protogetter // Event is clientv3's own type
+		return
+	}
+	if c.member {
+		f.regDue, f.regVal = true, ""
+		f.poke()
+		return
+	}
+	k := resultKey{pair: c.pair, region: c.region}
+	if _, had := f.published[k]; had {
+		delete(f.published, k)
+		f.dirty[k] = struct{}{}
+		f.poke()
+	}
+}
+
 // write sends the registration when it changed and the results that changed, in transactions
 // of at most fleetMaxOps operations, all under lease. A failed write stays due and is retried at
-// the next beat; past the timeout it makes the view stale (F-4). A lost lease or member key ends
-// the session. A superseded membership writes nothing.
+// the next beat; past the timeout it makes the view stale (F-4). A member key that is not under
+// this session's lease is registered again (claim); a lost lease, or the name taken by another
+// process, ends the session. A superseded membership writes nothing.
 func (f *fleet) write(ctx context.Context, lease clientv3.LeaseID) error {
 	if f.superseded.Load() {
 		return nil
@@ -576,7 +786,19 @@ func (f *fleet) write(ctx context.Context, lease clientv3.LeaseID) error {
 			return f.writeFailed(err)
 		}
 		if !resp.Succeeded {
-			return errMemberGone
+			// The key is not under this session's lease: another membership of this process had
+			// it, and its revocation or expiry may have deleted it. Register as when joining,
+			// which takes this process's key over wherever it is: a compare on this lease would
+			// fail for ever.
+			if err := f.claim(ctx, lease); err != nil {
+				if errors.Is(err, errDuplicate) || errors.Is(err, errSuperseded) {
+					return err
+				}
+				f.mu.Lock()
+				f.regDue = true
+				f.mu.Unlock()
+				return f.writeFailed(err)
+			}
 		}
 		f.mu.Lock()
 		f.regVal = val

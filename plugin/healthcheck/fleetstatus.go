@@ -55,7 +55,7 @@ func (f *fleet) why(iv time.Duration, now time.Time) string {
 		return s
 	}
 	if d := now.Sub(f.heard); d > 3*iv {
-		return "etcd's watch silent for " + seconds(d) + ", more than 3 intervals"
+		return "etcd's watch not current for " + seconds(d) + ", more than 3 intervals"
 	}
 	if d := now.Sub(f.since); d < iv {
 		return "warming up: the view is current since " + seconds(d) + "; the fleet decides after one interval (" + iv.String() + "), once every member has published"

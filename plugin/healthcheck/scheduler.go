@@ -411,6 +411,10 @@ func (r *Registry) finish(rd *round) {
 		p.streak = streak{}
 	}
 	st := p.streak.next(c, v.outcome)
+	if st == health.Unknown && fromShared && p.state == health.Unknown {
+		// The fleet's Unknown (no prober had a state): still none, now this replica's own.
+		r.set(p, rd.run, st, v.reason)
+	}
 	if st == health.Unknown || (st == p.state && !fromShared) {
 		return
 	}
@@ -497,8 +501,15 @@ func (r *Registry) use(p *probe, run *checkRun, now time.Time) {
 		p.mu.Unlock()
 	}
 	if old := p.run.fleet; old != nil && (run.fleet == nil || run.fleet.f != old.f) {
-		// The fleet changed: this replica no longer publishes this target in the old one.
-		old.f.forget(pairKey{check: p.key.check, target: p.key.target.String()})
+		pair := pairKey{check: p.key.check, target: p.key.target.String()}
+		if run.fleet != nil && run.fleet.f.cfg.name() == old.f.cfg.name() {
+			// Another membership of this replica (a reload that changed the connection, or
+			// its failure): it publishes this target from now on, under its own lease.
+			old.f.handOver(pair, run.fleet.f)
+		} else {
+			// The fleet changed: this replica no longer publishes this target in the old one.
+			old.f.forget(pair)
+		}
 		r.probing(p, old.f, false)
 	}
 	p.run = run
@@ -547,12 +558,13 @@ func (r *Registry) kick() {
 	}
 }
 
-// attach makes p write its verdicts to t, and gives t the verdict p already has.
+// attach makes p write its verdicts to t, and gives t the verdict p already has (the fleet's
+// Unknown included, with its reason).
 func (r *Registry) attach(p *probe, t *health.Target) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.targets[t]++
-	if p.state != health.Unknown {
+	if p.state != health.Unknown || p.reason != "" {
 		r.board.Restate(t, p.state, p.reason)
 	}
 }

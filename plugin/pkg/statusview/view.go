@@ -219,7 +219,8 @@ type Fleet struct {
 	// joined yet, etcd unreachable, writes refused, warming up, a duplicate name.
 	Mode string `json:"mode,omitempty"`
 	Why  string `json:"why,omitempty"`
-	// Heard is when etcd's watch last answered: the view below is as of then.
+	// Heard is when the view was last known current (the time of the latest linearizable read
+	// whose revision the watch had delivered): the view below is as of then.
 	Heard   time.Time     `json:"etcd_heard"`
 	Members []FleetMember `json:"members"`
 	// Probes says who probes what: for each (check, target), the members chosen in each region.
