@@ -686,3 +686,32 @@ func TestFleetOwnKeysRestoredF1(t *testing.T) {
 		t.Fatalf("member under lease %x, want the session's %x (no rejoin)", m.Kvs[0].GetLease(), lease)
 	}
 }
+
+// F-1: a reload that moves the fleet to endpoints the new membership cannot reach, and then fails.
+// The probe was handed to the new membership, whose session never joined and so dropped it; the
+// surviving membership takes the result back (reclaim) and no key is ever deleted. (From a review:
+// the result was withdrawn and came back only at the target's next round.)
+func TestFleetFailedReloadUnjoinedHeirKeepsKeysF1(t *testing.T) {
+	leakCheck(t)
+	logs := coretest.CaptureLog(t)
+	etcd := etcdtest.New(t)
+	cli := etcd.Client(t)
+	b := listen(t, "127.0.86.40:0")
+	const prefix = "/test/unjoinedheir"
+	s := coretest.Start(t, fleetLB(etcd.Endpoint, prefix, "3s", b.addr()))
+	waitFor(t, "the replica's result of its target", func() bool { return results(t, cli, prefix) == 1 })
+	m0 := member(t, cli, prefix, "r1")
+	w := watchLeases(t, cli, prefix, m0.Header.GetRevision())
+	nobody := "http://127.0.0.1:" + coretest.FreePort(t)
+	errc := make(chan error, 1)
+	go func() { errc <- s.Reload(gated(fleetLB(nobody, prefix, "1s", b.addr()))) }()
+	waitFor30(t, "the new membership has failed to join once", func() bool { return logs.Count("(replica r1): not joined yet") >= 1 })
+	gateResult <- errors.New("a later plugin failed")
+	if err := <-errc; err == nil {
+		t.Fatal("the gated reload succeeded")
+	}
+	if gone := w.deletions(); len(gone) != 0 {
+		t.Errorf("the failed reload deleted the survivor's keys %v\nfleet log:\n%s", gone, strings.Join(logs.Lines("Fleet"), "\n"))
+	}
+	s.Stop()
+}

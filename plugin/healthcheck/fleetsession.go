@@ -501,11 +501,21 @@ func (f *fleet) reclaim(ctx context.Context, lease clientv3.LeaseID) (bool, erro
 		return false, nil // not answered: the session goes on, the leaving lease expires
 	}
 	f.mu.Lock()
-	for k := range f.published {
-		f.dirty[k] = struct{}{}
-		if _, want := f.want[k.pair][k.region]; want {
-			delete(f.published, k) // written again, under lease
+	for k, v := range f.published {
+		if _, want := f.want[k.pair][k.region]; !want {
+			if _, withdrawn := f.dirty[k]; withdrawn {
+				continue // forgotten: the write deletes it
+			}
+			// Handed over (handOver) to the membership that leaves now, which lost it before it
+			// wrote it (its session never joined, or ended): this one publishes it again, with
+			// the value it wrote, until its next round of the target.
+			if f.want[k.pair] == nil {
+				f.want[k.pair] = make(map[string]tally)
+			}
+			f.want[k.pair][k.region] = v
 		}
+		f.dirty[k] = struct{}{}
+		delete(f.published, k) // written again, under lease
 	}
 	for pair, w := range f.want {
 		for region := range w {

@@ -38,7 +38,8 @@ func (h *HealthCheck) Ready() bool {
 			return false
 		}
 	}
-	// A decided target never goes back to Unknown: remember it.
+	// Ready once, ready for good: a target that goes back to Unknown later (a fleet with no
+	// prober state for it, F-3) does not take readiness back.
 	run.ready.Store(true)
 	return true
 }
