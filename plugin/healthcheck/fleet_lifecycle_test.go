@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"runtime"
 	"slices"
@@ -166,6 +167,82 @@ func TestFleetStartupUnreachableF4(t *testing.T) {
 	if v := gaugeValue(t, "coredns_healthcheck_fleet_fallback", "r1"); v != 1 {
 		t.Errorf("fallback gauge %v, want 1", v)
 	}
+	s.Stop()
+}
+
+// F-4: an endpoint that accepts connections but is not etcd (here a listener that closes every
+// connection) does not delay startup either: the replica decides alone and says so.
+func TestFleetStartupNotEtcdF4(t *testing.T) {
+	leakCheck(t)
+	logs := coretest.CaptureLog(t)
+	b := listen(t, "127.0.83.6:0")
+	notEtcd := listen(t, "127.0.83.7:0")
+	start := time.Now()
+	s := coretest.Start(t, fleetLB("http://"+notEtcd.addr().String(), "/test/notetcd", "2s", b.addr()))
+	if d := time.Since(start); d >= 2*time.Second {
+		t.Errorf("startup took %s: it waited for the endpoint (timeout 2s)", d)
+	}
+	k := health.Key{Check: "tcp1", Addr: b.addr().Addr(), Port: b.addr().Port()}
+	waitFor(t, "the target decided alone", func() bool { st, _ := coretest.OnBoard(health.Default, k); return st.State == health.Healthy })
+	waitFor(t, "the log line saying why", func() bool {
+		return logs.Count("Fleet /test/notetcd (replica r1): not joined yet, probing and deciding alone") == 1
+	})
+	if v := gaugeValue(t, "coredns_healthcheck_fleet_fallback", "r1"); v != 1 {
+		t.Errorf("fallback gauge %v, want 1", v)
+	}
+	s.Stop()
+}
+
+// F-4: a replica deciding alone is ready like one without a fleet: `ready` answers 200 once its
+// target has its own verdict, while the fallback gauge says it decides alone.
+func TestFleetFallbackReadyF4(t *testing.T) {
+	leakCheck(t)
+	b := listen(t, "127.0.83.4:0")
+	nobody := "http://127.0.0.1:" + coretest.FreePort(t)
+	readyAddr := "127.0.0.1:" + coretest.FreePort(t)
+	corefile := strings.Replace(fleetLB(nobody, "/test/fallbackready", "2s", b.addr()),
+		"\tbind 127.0.0.1\n", "\tbind 127.0.0.1\n\tready "+readyAddr+"\n", 1)
+	s := coretest.Start(t, corefile)
+	client := &http.Client{Timeout: time.Second}
+	waitFor(t, "/ready 200 while deciding alone", func() bool {
+		resp, err := client.Get("http://" + readyAddr + "/ready")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	if v := gaugeValue(t, "coredns_healthcheck_fleet_fallback", "r1"); v != 1 {
+		t.Errorf("fallback gauge %v while ready, want 1 (deciding alone)", v)
+	}
+	s.Stop()
+}
+
+// F-3: results are published when they change, not every round: with the target's state steady,
+// rounds of probes write nothing to etcd (its revision stays); when the target fails, the new
+// state is written.
+func TestFleetPublishesOnChangeF3(t *testing.T) {
+	leakCheck(t)
+	etcd := etcdtest.New(t)
+	cli := etcd.Client(t)
+	b := listen(t, "127.0.83.5:0")
+	const prefix = "/test/onchange"
+	s := coretest.Start(t, fleetLB(etcd.Endpoint, prefix, "3s", b.addr()))
+	waitFor(t, "the replica's result of its target", func() bool { return results(t, cli, prefix) == 1 })
+	rev := func() int64 {
+		t.Helper()
+		r := member(t, cli, prefix, "r1")
+		return r.Header.GetRevision()
+	}
+	r0 := rev()
+	seen := func() int { b.mu.Lock(); defer b.mu.Unlock(); return b.total }
+	p0 := seen()
+	waitFor30(t, "three more probe rounds of the target", func() bool { return seen() >= p0+3 })
+	if r1 := rev(); r1 != r0 {
+		t.Errorf("etcd's revision went from %d to %d over three rounds of an unchanged target: results rewritten every round", r0, r1)
+	}
+	b.close()
+	waitFor30(t, "the target's failure published", func() bool { return rev() > r0 })
 	s.Stop()
 }
 
