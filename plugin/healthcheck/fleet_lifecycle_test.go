@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -104,8 +103,7 @@ func TestFleetReloadKeepsMembershipF1(t *testing.T) {
 	if len(m0.Kvs) != 1 || leases(t, cli) != 1 {
 		t.Fatalf("member %v, %d leases: want one member under one lease", m0.Kvs, leases(t, cli))
 	}
-	others := func() int { return runtime.NumGoroutine() - int(defaultRegistry.workers.Load()) }
-	g0 := others()
+	g0 := goroutines()
 	for i := range 3 {
 		if err := s.Reload(fleetLB(etcd.Endpoint, prefix, "3s", b1.addr())); err != nil {
 			t.Fatal(err)
@@ -117,7 +115,7 @@ func TestFleetReloadKeepsMembershipF1(t *testing.T) {
 		if n := leases(t, cli); n != 1 {
 			t.Fatalf("reload %d: %d leases, want 1", i, n)
 		}
-		waitFor(t, "goroutines back to their number before the reloads", func() bool { return others() <= g0 })
+		waitFor(t, "goroutines back to their number before the reloads", func() bool { return goroutines() <= g0 })
 	}
 	// A reload with a second backend: its result is published under the same lease.
 	if err := s.Reload(fleetLB(etcd.Endpoint, prefix, "3s", b1.addr(), b2.addr())); err != nil {
@@ -144,53 +142,40 @@ func TestFleetReloadKeepsMembershipF1(t *testing.T) {
 	}
 }
 
-// F-4: an etcd that cannot be reached at startup does not delay startup; the replica starts
-// alone, says why, probes and decides its targets itself, and is ready.
+// F-4: an etcd that cannot be reached at startup, or an endpoint that accepts connections but
+// is not etcd (a listener that closes every connection), does not delay startup; the replica
+// starts alone, answers, says why, and probes and decides its targets itself.
 func TestFleetStartupUnreachableF4(t *testing.T) {
-	leakCheck(t)
-	logs := coretest.CaptureLog(t)
-	b := listen(t, "127.0.83.3:0")
-	nobody := "http://127.0.0.1:" + coretest.FreePort(t) // nothing listens there
-	start := time.Now()
-	s := coretest.Start(t, fleetLB(nobody, "/test/unreachable", "2s", b.addr()))
-	if d := time.Since(start); d >= 2*time.Second {
-		t.Errorf("startup took %s: it waited for etcd (timeout 2s)", d)
+	for _, tc := range []struct {
+		name, target string
+		endpoint     func(t *testing.T) string
+	}{
+		{"unreachable", "127.0.83.3:0", func(t *testing.T) string { t.Helper(); return "http://127.0.0.1:" + coretest.FreePort(t) }},
+		{"notetcd", "127.0.83.6:0", func(t *testing.T) string { t.Helper(); return "http://" + listen(t, "127.0.83.7:0").addr().String() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			leakCheck(t)
+			logs := coretest.CaptureLog(t)
+			b := listen(t, tc.target)
+			start := time.Now()
+			s := coretest.Start(t, fleetLB(tc.endpoint(t), "/test/"+tc.name, "2s", b.addr()))
+			if d := time.Since(start); d >= 2*time.Second {
+				t.Errorf("startup took %s: it waited for the endpoint (timeout 2s)", d)
+			}
+			if r, err := s.Query("example.org", 1); err != nil || r.Rcode != 0 {
+				t.Fatalf("query: %v %v", r, err)
+			}
+			k := health.Key{Check: "tcp1", Addr: b.addr().Addr(), Port: b.addr().Port()}
+			waitFor(t, "the target decided alone", func() bool { st, _ := coretest.OnBoard(health.Default, k); return st.State == health.Healthy })
+			waitFor(t, "the log line saying why", func() bool {
+				return logs.Count("Fleet /test/"+tc.name+" (replica r1): not joined yet, probing and deciding alone") == 1
+			})
+			if v := gaugeValue(t, "coredns_healthcheck_fleet_fallback", "r1"); v != 1 {
+				t.Errorf("fallback gauge %v, want 1", v)
+			}
+			s.Stop()
+		})
 	}
-	if r, err := s.Query("example.org", 1); err != nil || r.Rcode != 0 {
-		t.Fatalf("query: %v %v", r, err)
-	}
-	k := health.Key{Check: "tcp1", Addr: b.addr().Addr(), Port: b.addr().Port()}
-	waitFor(t, "the target decided alone", func() bool { st, _ := coretest.OnBoard(health.Default, k); return st.State == health.Healthy })
-	waitFor(t, "the log line saying why", func() bool {
-		return logs.Count("Fleet /test/unreachable (replica r1): not joined yet, probing and deciding alone") == 1
-	})
-	if v := gaugeValue(t, "coredns_healthcheck_fleet_fallback", "r1"); v != 1 {
-		t.Errorf("fallback gauge %v, want 1", v)
-	}
-	s.Stop()
-}
-
-// F-4: an endpoint that accepts connections but is not etcd (here a listener that closes every
-// connection) does not delay startup either: the replica decides alone and says so.
-func TestFleetStartupNotEtcdF4(t *testing.T) {
-	leakCheck(t)
-	logs := coretest.CaptureLog(t)
-	b := listen(t, "127.0.83.6:0")
-	notEtcd := listen(t, "127.0.83.7:0")
-	start := time.Now()
-	s := coretest.Start(t, fleetLB("http://"+notEtcd.addr().String(), "/test/notetcd", "2s", b.addr()))
-	if d := time.Since(start); d >= 2*time.Second {
-		t.Errorf("startup took %s: it waited for the endpoint (timeout 2s)", d)
-	}
-	k := health.Key{Check: "tcp1", Addr: b.addr().Addr(), Port: b.addr().Port()}
-	waitFor(t, "the target decided alone", func() bool { st, _ := coretest.OnBoard(health.Default, k); return st.State == health.Healthy })
-	waitFor(t, "the log line saying why", func() bool {
-		return logs.Count("Fleet /test/notetcd (replica r1): not joined yet, probing and deciding alone") == 1
-	})
-	if v := gaugeValue(t, "coredns_healthcheck_fleet_fallback", "r1"); v != 1 {
-		t.Errorf("fallback gauge %v, want 1", v)
-	}
-	s.Stop()
 }
 
 // F-4: a replica deciding alone is ready like one without a fleet: `ready` answers 200 once its
@@ -223,12 +208,8 @@ func TestFleetFallbackReadyF4(t *testing.T) {
 // state is written.
 func TestFleetPublishesOnChangeF3(t *testing.T) {
 	leakCheck(t)
-	etcd := etcdtest.New(t)
-	cli := etcd.Client(t)
-	b := listen(t, "127.0.83.5:0")
-	const prefix = "/test/onchange"
-	s := coretest.Start(t, fleetLB(etcd.Endpoint, prefix, "3s", b.addr()))
-	waitFor(t, "the replica's result of its target", func() bool { return results(t, cli, prefix) == 1 })
+	r1 := startFleetReplica(t, "127.0.83.5:0", "/test/onchange")
+	cli, s, b, prefix := r1.cli, r1.s, r1.target, r1.prefix
 	rev := func() int64 {
 		t.Helper()
 		r := member(t, cli, prefix, "r1")
@@ -624,52 +605,116 @@ func (w *leaseWatch) deletions() []string {
 	return gone
 }
 
+// fleetReplica is r1 alone in a fleet against an etcd of its own, with one TCP target whose
+// result it has published.
+type fleetReplica struct {
+	cli    *clientv3.Client
+	etcd   string // etcd's endpoint
+	s      *coretest.Server
+	target *recorder
+	prefix string
+}
+
+// startFleetReplica starts r1 under prefix with its target listening on addr, and waits for the
+// target's result in etcd.
+func startFleetReplica(t *testing.T, addr, prefix string) *fleetReplica {
+	t.Helper()
+	etcd := etcdtest.New(t)
+	r := &fleetReplica{cli: etcd.Client(t), etcd: etcd.Endpoint, target: listen(t, addr), prefix: prefix}
+	r.s = coretest.Start(t, fleetLB(r.etcd, prefix, "3s", r.target.addr()))
+	waitFor(t, "the replica's result of its target", func() bool { return results(t, r.cli, prefix) == 1 })
+	return r
+}
+
+// gatedReload is the start of the tests of a reload that changes the fleet's connection: r1 with
+// its target's result published, a watch of its keys from then on, and a reload held by the gate
+// until the test passes or fails it.
+type gatedReload struct {
+	*fleetReplica
+	logs   *coretest.Log
+	lease0 int64       // the member key's lease before the reload
+	w      *leaseWatch // the keys under prefix from before the reload on
+	g0     int         // goroutines before the reload
+	errc   chan error  // the reload's result
+}
+
+// startGatedReload starts r1 (startFleetReplica), then a reload to the Corefile that next makes
+// of etcd's endpoint, the prefix and the target, held by the gate.
+func startGatedReload(t *testing.T, addr, prefix string, next func(endpoint, prefix string, target netip.AddrPort) string) *gatedReload {
+	t.Helper()
+	leakCheck(t)
+	r := &gatedReload{logs: coretest.CaptureLog(t), errc: make(chan error, 1)}
+	r.fleetReplica = startFleetReplica(t, addr, prefix)
+	m0 := member(t, r.cli, prefix, "r1")
+	r.lease0 = m0.Kvs[0].GetLease()
+	r.w = watchLeases(t, r.cli, prefix, m0.Header.GetRevision())
+	r.g0 = goroutines()
+	corefile := gated(next(r.etcd, prefix, r.target.addr()))
+	go func() { r.errc <- r.s.Reload(corefile) }()
+	return r
+}
+
+// newMembership waits for the reload's membership to register r1 under its own lease, and
+// returns that lease.
+func (r *gatedReload) newMembership() int64 {
+	var lease int64
+	r.w.until("the new membership's registration", func(ev *clientv3.Event) bool {
+		lease = ev.GetKv().GetLease()
+		return string(ev.GetKv().GetKey()) == memberKey(r.prefix, "r1") && lease != r.lease0
+	})
+	return lease
+}
+
+// keptUnder checks that no key under the prefix was deleted since the reload began, and that r1's
+// member key and its one result are in etcd, the member key under lease (who holds it).
+func (r *gatedReload) keptUnder(t *testing.T, lease int64, who string) {
+	t.Helper()
+	if gone := r.w.deletions(); len(gone) != 0 {
+		t.Fatalf("keys deleted: %v\nfleet log:\n%s", gone, strings.Join(r.logs.Lines("Fleet"), "\n"))
+	}
+	if m := member(t, r.cli, r.prefix, "r1"); len(m.Kvs) != 1 || m.Kvs[0].GetLease() != lease {
+		t.Fatalf("member %v, want it under the %s's lease %x", m.Kvs, who, lease)
+	}
+	if n := results(t, r.cli, r.prefix); n != 1 {
+		t.Fatalf("%d results, want the %s's one", n, who)
+	}
+}
+
+// finish checks that the membership that stays (who) kept its session and goroutines are back to
+// their number before the reload, stops the server and checks it left no member key and no lease.
+func (r *gatedReload) finish(t *testing.T, who string) {
+	t.Helper()
+	if n := r.logs.Count("(replica r1): session lost"); n != 0 {
+		t.Fatalf("the %s lost its session:\n%s", who, strings.Join(r.logs.Lines("Fleet"), "\n"))
+	}
+	waitFor(t, "goroutines back to their number before the reload", func() bool { return goroutines() <= r.g0 })
+	r.s.Stop()
+	if m := member(t, r.cli, r.prefix, "r1"); len(m.Kvs) != 0 || leases(t, r.cli) != 0 {
+		t.Fatalf("after shutdown: member %v, %d leases", m.Kvs, leases(t, r.cli))
+	}
+}
+
+// newTimeout is the Corefile of a reload that changes only the fleet's timeout (3s to 2s): a new
+// connection, so a new membership of r1.
+func newTimeout(endpoint, prefix string, target netip.AddrPort) string {
+	return fleetLB(endpoint, prefix, "2s", target)
+}
+
 // F-1 through a real reload that fails: the new instance's membership (the fleet's timeout
 // changed) takes the member key over, then the reload fails. Its shutdown must not take the
 // surviving membership's keys with its lease: the member key and the result are handed back to
 // the survivor's lease without ever being deleted, the survivor keeps its session (no rejoin),
 // one lease is left, and goroutines are back to their number.
 func TestFleetFailedReloadKeepsKeysF1(t *testing.T) {
-	leakCheck(t)
-	logs := coretest.CaptureLog(t)
-	etcd := etcdtest.New(t)
-	cli := etcd.Client(t)
-	b := listen(t, "127.0.86.30:0")
-	const prefix = "/test/failedreload"
-	s := coretest.Start(t, fleetLB(etcd.Endpoint, prefix, "3s", b.addr()))
-	waitFor(t, "the replica's result of its target", func() bool { return results(t, cli, prefix) == 1 })
-	m0 := member(t, cli, prefix, "r1")
-	lease0 := m0.Kvs[0].GetLease()
-	others := func() int { return runtime.NumGoroutine() - int(defaultRegistry.workers.Load()) }
-	w := watchLeases(t, cli, prefix, m0.Header.GetRevision())
-	g0 := others()
-	errc := make(chan error, 1)
-	go func() { errc <- s.Reload(gated(fleetLB(etcd.Endpoint, prefix, "2s", b.addr()))) }()
-	w.until("the new membership's registration", func(ev *clientv3.Event) bool {
-		return string(ev.GetKv().GetKey()) == memberKey(prefix, "r1") && ev.GetKv().GetLease() != lease0
-	})
+	r := startGatedReload(t, "127.0.86.30:0", "/test/failedreload", newTimeout)
+	r.newMembership()
 	gateResult <- errors.New("a later plugin failed")
-	if err := <-errc; err == nil {
+	if err := <-r.errc; err == nil {
 		t.Fatal("the gated reload succeeded")
 	}
-	if gone := w.deletions(); len(gone) != 0 {
-		t.Fatalf("the failed instance's shutdown deleted the survivor's keys %v", gone)
-	}
-	if m := member(t, cli, prefix, "r1"); len(m.Kvs) != 1 || m.Kvs[0].GetLease() != lease0 {
-		t.Fatalf("member %v, want it under the surviving lease %x", m.Kvs, lease0)
-	}
-	if n := results(t, cli, prefix); n != 1 {
-		t.Fatalf("%d results, want the survivor's one", n)
-	}
-	waitFor30(t, "one lease left", func() bool { return leases(t, cli) == 1 })
-	if n := logs.Count("(replica r1): session lost"); n != 0 {
-		t.Fatalf("the survivor lost its session:\n%s", strings.Join(logs.Lines("Fleet"), "\n"))
-	}
-	waitFor(t, "goroutines back to their number before the reload", func() bool { return others() <= g0 })
-	s.Stop()
-	if m := member(t, cli, prefix, "r1"); len(m.Kvs) != 0 || leases(t, cli) != 0 {
-		t.Fatalf("after shutdown: member %v, %d leases", m.Kvs, leases(t, cli))
-	}
+	r.keptUnder(t, r.lease0, "survivor")
+	waitFor30(t, "one lease left", func() bool { return leases(t, r.cli) == 1 })
+	r.finish(t, "survivor")
 }
 
 // F-1 through a real reload that succeeds and changes the fleet's timeout: the new membership
@@ -678,42 +723,17 @@ func TestFleetFailedReloadKeepsKeysF1(t *testing.T) {
 // registration then work (a reload that changes the check's region rewrites it under the same
 // lease, without a rejoin); goroutines are back to their number.
 func TestFleetReloadHandsKeysOverF1(t *testing.T) {
-	leakCheck(t)
-	logs := coretest.CaptureLog(t)
-	etcd := etcdtest.New(t)
-	cli := etcd.Client(t)
-	b := listen(t, "127.0.86.31:0")
-	const prefix = "/test/handover"
-	s := coretest.Start(t, fleetLB(etcd.Endpoint, prefix, "3s", b.addr()))
-	waitFor(t, "the replica's result of its target", func() bool { return results(t, cli, prefix) == 1 })
-	m0 := member(t, cli, prefix, "r1")
-	lease0 := m0.Kvs[0].GetLease()
-	others := func() int { return runtime.NumGoroutine() - int(defaultRegistry.workers.Load()) }
-	w := watchLeases(t, cli, prefix, m0.Header.GetRevision())
-	g0 := others()
-	errc := make(chan error, 1)
-	go func() { errc <- s.Reload(gated(fleetLB(etcd.Endpoint, prefix, "2s", b.addr()))) }()
-	var lease1 int64
-	w.until("the new membership's registration", func(ev *clientv3.Event) bool {
-		lease1 = ev.GetKv().GetLease()
-		return string(ev.GetKv().GetKey()) == memberKey(prefix, "r1") && lease1 != lease0
-	})
+	r := startGatedReload(t, "127.0.86.31:0", "/test/handover", newTimeout)
+	cli, s, prefix := r.cli, r.s, r.prefix
+	lease1 := r.newMembership()
 	gateResult <- nil
-	if err := <-errc; err != nil {
+	if err := <-r.errc; err != nil {
 		t.Fatal(err)
 	}
 	waitFor30(t, "the old lease gone", func() bool { return leases(t, cli) == 1 })
-	if gone := w.deletions(); len(gone) != 0 {
-		t.Fatalf("the handover deleted %v", gone)
-	}
-	if m := member(t, cli, prefix, "r1"); len(m.Kvs) != 1 || m.Kvs[0].GetLease() != lease1 {
-		t.Fatalf("member %v, want it under the new lease %x", m.Kvs, lease1)
-	}
-	if n := results(t, cli, prefix); n != 1 {
-		t.Fatalf("%d results, want 1", n)
-	}
+	r.keptUnder(t, lease1, "heir")
 	// The heir registers a change under its lease.
-	if err := s.Reload(strings.Replace(fleetLB(etcd.Endpoint, prefix, "2s", b.addr()), "prober us-east1", "prober europe-west1", 1)); err != nil {
+	if err := s.Reload(strings.Replace(newTimeout(r.etcd, prefix, r.target.addr()), "prober us-east1", "prober europe-west1", 1)); err != nil {
 		t.Fatal(err)
 	}
 	waitFor30(t, "the new region registered", func() bool {
@@ -723,14 +743,7 @@ func TestFleetReloadHandsKeysOverF1(t *testing.T) {
 	if m := member(t, cli, prefix, "r1"); m.Kvs[0].GetLease() != lease1 || leases(t, cli) != 1 {
 		t.Fatalf("member %v, %d leases: want the heir's lease %x only", m.Kvs, leases(t, cli), lease1)
 	}
-	if n := logs.Count("(replica r1): session lost"); n != 0 {
-		t.Fatalf("the heir lost its session:\n%s", strings.Join(logs.Lines("Fleet"), "\n"))
-	}
-	waitFor(t, "goroutines back to their number before the reloads", func() bool { return others() <= g0 })
-	s.Stop()
-	if m := member(t, cli, prefix, "r1"); len(m.Kvs) != 0 || leases(t, cli) != 0 {
-		t.Fatalf("after shutdown: member %v, %d leases", m.Kvs, leases(t, cli))
-	}
+	r.finish(t, "heir")
 }
 
 // F-1: a replica whose member key or published result disappears while its lease lives (the
@@ -769,26 +782,15 @@ func TestFleetOwnKeysRestoredF1(t *testing.T) {
 // surviving membership takes the result back (reclaim) and no key is ever deleted. (From a review:
 // the result was withdrawn and came back only at the target's next round.)
 func TestFleetFailedReloadUnjoinedHeirKeepsKeysF1(t *testing.T) {
-	leakCheck(t)
-	logs := coretest.CaptureLog(t)
-	etcd := etcdtest.New(t)
-	cli := etcd.Client(t)
-	b := listen(t, "127.0.86.40:0")
-	const prefix = "/test/unjoinedheir"
-	s := coretest.Start(t, fleetLB(etcd.Endpoint, prefix, "3s", b.addr()))
-	waitFor(t, "the replica's result of its target", func() bool { return results(t, cli, prefix) == 1 })
-	m0 := member(t, cli, prefix, "r1")
-	w := watchLeases(t, cli, prefix, m0.Header.GetRevision())
 	nobody := "http://127.0.0.1:" + coretest.FreePort(t)
-	errc := make(chan error, 1)
-	go func() { errc <- s.Reload(gated(fleetLB(nobody, prefix, "1s", b.addr()))) }()
-	waitFor30(t, "the new membership has failed to join once", func() bool { return logs.Count("(replica r1): not joined yet") >= 1 })
+	r := startGatedReload(t, "127.0.86.40:0", "/test/unjoinedheir", func(_, prefix string, target netip.AddrPort) string {
+		return fleetLB(nobody, prefix, "1s", target)
+	})
+	waitFor30(t, "the new membership has failed to join once", func() bool { return r.logs.Count("(replica r1): not joined yet") >= 1 })
 	gateResult <- errors.New("a later plugin failed")
-	if err := <-errc; err == nil {
+	if err := <-r.errc; err == nil {
 		t.Fatal("the gated reload succeeded")
 	}
-	if gone := w.deletions(); len(gone) != 0 {
-		t.Errorf("the failed reload deleted the survivor's keys %v\nfleet log:\n%s", gone, strings.Join(logs.Lines("Fleet"), "\n"))
-	}
-	s.Stop()
+	r.keptUnder(t, r.lease0, "survivor")
+	r.s.Stop()
 }

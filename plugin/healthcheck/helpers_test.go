@@ -1,6 +1,7 @@
 package healthcheck
 
 import (
+	"runtime"
 	"testing"
 
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
@@ -22,3 +23,6 @@ func probes(r *Registry) int {
 	defer r.mu.Unlock()
 	return len(r.probes)
 }
+
+// goroutines counts the process's goroutines but the probe workers, whose number follows the load.
+func goroutines() int { return runtime.NumGoroutine() - int(defaultRegistry.workers.Load()) }

@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -154,12 +153,11 @@ example.net:0 {
 		}
 		// Goroutines do not grow with reloads of the same Corefile.
 		// The probe workers are a pool that only grows on demand: leave them out.
-		others := func() int { return runtime.NumGoroutine() - int(defaultRegistry.workers.Load()) }
 		switch i {
 		case 0:
-			g0 = others()
+			g0 = goroutines()
 		case 1:
-			waitFor(t, "goroutines back to their number after one reload", func() bool { return others() <= g0 })
+			waitFor(t, "goroutines back to their number after one reload", func() bool { return goroutines() <= g0 })
 		}
 	}
 	mu.Lock()
