@@ -58,10 +58,9 @@ var processNonce = func() string {
 // Corefile instances that configure it, like the probe registry: a reload with the same fleet
 // block keeps the membership, its lease and its watch (no second registration, no new lease).
 type fleet struct {
-	cfg     *fleetConfig
-	now     func() time.Time
-	started time.Time // when the membership started: its first join
-	refs    int       // guarded by fleets.mu
+	cfg  *fleetConfig
+	now  func() time.Time
+	refs int // guarded by fleets.mu
 	// superseded is set while a newer membership of this process has the same prefix and
 	// replica name (a reload that changed the timeout, say): this one neither claims the name
 	// nor writes, so the two do not overwrite each other's keys.
@@ -243,7 +242,6 @@ func newFleet(cfg *fleetConfig) *fleet {
 		published:  make(map[resultKey]tally),
 		dirty:      make(map[resultKey]struct{}),
 	}
-	f.started = f.now()
 	f.setFallback(true)
 	return f
 }
@@ -357,24 +355,6 @@ func (f *fleet) mode(iv time.Duration) (joined, shared bool) {
 	return true, f.stale(now) == "" && now.Sub(f.heard) <= 3*iv && now.Sub(f.since) >= iv
 }
 
-// warming says that the fleet will decide a check of interval iv soon: this replica is joining
-// for the first time (no session lost yet, for at most the etcd timeout since it started), or it
-// is a member whose view is current and the interval since the join (or the end of an outage)
-// has not passed. A target still Unknown stays so until then rather than taking this replica's
-// own verdict, which the fleet's may contradict a moment later (F-3: a replica that joins a
-// running fleet never drops a target the others serve). Unknown is served (H-2), and the wait
-// is bounded, so startup never waits for etcd (F-4). f.mu is held.
-func (f *fleet) warming(iv time.Duration) bool {
-	if f.dup || f.superseded.Load() {
-		return false
-	}
-	now := f.now()
-	if !f.joined {
-		return !f.outage && !f.rejoin && now.Sub(f.started) < f.cfg.Timeout
-	}
-	return f.stale(now) == "" && now.Sub(f.heard) <= 3*iv && now.Sub(f.since) < iv
-}
-
 // stale says why this replica's view of the fleet cannot be trusted at now, "" when it can: it
 // was last known current (heard) longer than the renewal period plus the timeout ago, this replica's
 // due results have failed to be written for as long, or etcd reports an alarm (it refuses
@@ -394,14 +374,13 @@ func (f *fleet) stale(now time.Time) string {
 
 // plan returns, for one round of c on target, the regions (bit r: c.Regions[r]) this replica is
 // chosen to probe from by rendezvous hashing among the live members of each region (F-2), and
-// the mode of the round (warming: see fleet.warming).
-func (f *fleet) plan(c *Check, target string, perRegion int) (chosenRegions uint32, joined, shared, warming bool) {
+// the mode of the round.
+func (f *fleet) plan(c *Check, target string, perRegion int) (chosenRegions uint32, joined, shared bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	joined, shared = f.mode(c.Interval)
-	warming = !shared && f.warming(c.Interval)
 	if !joined {
-		return 0, false, false, warming
+		return 0, false, false
 	}
 	me := f.cfg.Replica
 	for r, reg := range c.Regions {
@@ -410,7 +389,7 @@ func (f *fleet) plan(c *Check, target string, perRegion int) (chosenRegions uint
 			chosenRegions |= 1 << r
 		}
 	}
-	return chosenRegions, true, shared, warming
+	return chosenRegions, true, shared
 }
 
 // publish records this replica's prober states of target (one tally per region that ran, see

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 	"github.com/coresteer/coresteer/plugin/pkg/etcdtest"
 	"github.com/coresteer/coresteer/plugin/pkg/health"
 
@@ -94,18 +93,9 @@ func startReplica(t *testing.T, cfg *fleetConfig, c *Check, script *regionScript
 // startProbeReplica starts a member probing targets with check c through probe.
 func startProbeReplica(t *testing.T, cfg *fleetConfig, c *Check, probe func(context.Context, *checkRun, int, netip.AddrPort, string) attempt, targets ...netip.AddrPort) *replica {
 	t.Helper()
-	return startReplicaJitter(t, cfg, c, probe, uniformJitter, targets...)
-}
-
-// noJitter has every first round at once.
-func noJitter(time.Duration) time.Duration { return 0 }
-
-// startReplicaJitter is startProbeReplica with the first rounds spread by jitter.
-func startReplicaJitter(t *testing.T, cfg *fleetConfig, c *Check, probe func(context.Context, *checkRun, int, netip.AddrPort, string) attempt, jitter func(time.Duration) time.Duration, targets ...netip.AddrPort) *replica {
-	t.Helper()
 	b := health.NewBoard(time.Now)
 	r := NewRegistry(b, realClock{})
-	r.probe, r.jitter = probe, jitter
+	r.probe = probe
 	r.start()
 	rp := &replica{name: cfg.Replica, reg: r, board: b, view: newFleetView([]*Check{c})}
 	rp.f = joinFleet(cfg, rp.view)
@@ -269,81 +259,6 @@ func TestFleetModeF4(t *testing.T) {
 	}
 }
 
-// F-3, F-4: while the fleet is about to decide, a target without a verdict waits for it: during
-// the first join, for at most the etcd timeout (startup never waits for etcd beyond serving
-// Unknown), and for the interval after a join. Not after a lost session (the replica decides
-// alone at once), nor with a duplicate name.
-func TestFleetWarmingF3(t *testing.T) {
-	now := time.Unix(1000, 0)
-	f := &fleet{cfg: &fleetConfig{Timeout: 3 * time.Second}, now: func() time.Time { return now }, started: now}
-	iv := time.Second
-	if !f.warming(iv) {
-		t.Fatal("joining, just started: want warming")
-	}
-	now = now.Add(3 * time.Second)
-	if f.warming(iv) {
-		t.Fatal("joining for the whole timeout: want the replica deciding alone")
-	}
-	now = f.started.Add(time.Second)
-	f.outage = true
-	if f.warming(iv) {
-		t.Fatal("the first join failed: want the replica deciding alone")
-	}
-	f.outage = false
-	f.joined, f.rejoin, f.since, f.heard = true, true, now.Add(-500*time.Millisecond), now
-	if !f.warming(iv) {
-		t.Fatal("joined half an interval ago: want warming")
-	}
-	f.since = now.Add(-iv)
-	if f.warming(iv) {
-		t.Fatal("joined an interval ago: the fleet decides, not warming")
-	}
-	f.since, f.dup = now, true
-	if f.warming(iv) {
-		t.Fatal("a duplicate replica name: want the replica deciding alone")
-	}
-	f.dup, f.joined = false, false
-	if f.warming(iv) {
-		t.Fatal("a session lost after a join: want the replica deciding alone")
-	}
-}
-
-// F-4: a round held for the fleet while the replica joins (fleet.warming) is not lost when the
-// first join fails: the target is decided alone within about a second of the failure, not an
-// interval (here a minute) later. etcd's endpoint refuses connections; timeout 1 s.
-func TestFleetFailedJoinDecidesAloneSoonF4(t *testing.T) {
-	leakCheck(t)
-	cfg := testFleetConfig("http://127.0.0.1:"+coretest.FreePort(t), "/test/failedjoin", "a", 1)
-	cfg.Timeout = time.Second
-	a := startReplicaJitter(t, cfg, fleetCheck(time.Minute, "us-east1"), (&flipScript{}).probe, noJitter, netip.MustParseAddrPort("127.0.89.2:80"))
-	start := time.Now()
-	waitFor30(t, "the target decided alone", func() bool { return a.status(0).State == health.Healthy })
-	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("decided after %s, want within a few seconds of the failed join (timeout 1 s), not at the next round a minute later", d)
-	}
-	if n := a.reg.rounds.Load(); n < 2 {
-		t.Errorf("%d rounds: want the held one and the one brought forward", n)
-	}
-}
-
-// F-3: the rounds held for the fleet while it warms up (fleet.warming) get the fleet's verdict
-// as soon as it decides, one interval after the join, not at the first round after that (here
-// up to another interval of 4 s later): every first round is at once, inside the warm-up.
-func TestFleetDecidesAtWarmEndF3(t *testing.T) {
-	leakCheck(t)
-	etcd := etcdtest.New(t)
-	iv := 4 * time.Second
-	start := time.Now()
-	a := startReplicaJitter(t, testFleetConfig(etcd.Endpoint, "/test/warmend", "a", 1), fleetCheck(iv, "us-east1"), (&flipScript{}).probe, noJitter, netip.MustParseAddrPort("127.0.89.3:80"))
-	waitFor30(t, "the fleet's verdict", func() bool { return a.status(0).State == health.Healthy })
-	if st := a.status(0); st.Reason != "fleet: 1/1 regions healthy" {
-		t.Errorf("first verdict %q, want the fleet's", st.Reason)
-	}
-	if d := time.Since(start); d > iv+iv/2 {
-		t.Errorf("the fleet's verdict came %s after the start, want about one interval (%s) after the join", d, iv)
-	}
-}
-
 // F-4: an answer of the watch alone does not make the view current. Its member answers a
 // progress request at once with its own revision, also when it fell behind the cluster: a
 // keepalive of the stream, not a sign that the mirror has what etcd holds. The view is current
@@ -459,40 +374,6 @@ func TestFleetLateJoinerSameVerdictF3(t *testing.T) {
 	agreeThroughout(t, 3*check().Interval, []*replica{a, b})
 	if st := b.status(0); st.State != health.Healthy || st.Reason != "fleet: 1/1 regions healthy" {
 		t.Errorf("b: %v (%s), want a's healthy prober's verdict", st.State, st.Reason)
-	}
-}
-
-// F-3 for a replica that joins a running fleet: its first verdict is the fleet's. a (us-east1)
-// and c (europe-west1) serve a target healthy from their two regions; d joins from asia-east1,
-// where the target fails. Alone, d would drop it at its first round and serve it again an
-// interval later, once the fleet decides: for that interval it would answer otherwise than the
-// others. It keeps the target Unknown (served, like the others) until the fleet decides.
-func TestFleetJoinerFirstVerdictF3(t *testing.T) {
-	leakCheck(t)
-	etcd := etcdtest.New(t)
-	const prefix = "/test/joiner"
-	tg := netip.MustParseAddrPort("127.0.89.1:80")
-	script := newRegionScript()
-	script.set(tg, "us-east1", "europe-west1")
-	iv := time.Second
-	a := startReplica(t, testFleetConfig(etcd.Endpoint, prefix, "a", 1), fleetCheck(iv, "us-east1"), script, tg)
-	c := startReplica(t, testFleetConfig(etcd.Endpoint, prefix, "c", 1), fleetCheck(iv, "europe-west1"), script, tg)
-	waitFor30(t, "a and c serve the target from the fleet", func() bool {
-		for _, rp := range []*replica{a, c} {
-			if st := rp.status(0); st.State != health.Healthy || !strings.HasPrefix(st.Reason, "fleet: ") {
-				return false
-			}
-		}
-		return true
-	})
-	d := startReplica(t, testFleetConfig(etcd.Endpoint, prefix, "d", 1), fleetCheck(iv, "asia-east1"), script, tg)
-	for end := time.Now().Add(3 * iv); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
-		if st := d.status(0); st.State == health.Unhealthy {
-			t.Fatalf("d drops the target (%s) while the fleet serves it", st.Reason)
-		}
-	}
-	if st := d.status(0); st.State != health.Healthy || st.Reason != "fleet: 2/3 regions healthy" {
-		t.Errorf("d: %v (%s), want the fleet's healthy, 2 of 3 regions", st.State, st.Reason)
 	}
 }
 

@@ -27,51 +27,19 @@ func (r *Registry) replan(f *fleet) {
 			continue
 		}
 		c := p.run.check
-		chosen, _, shared, _ := f.plan(c, p.key.target.String(), fr.perRegion)
+		chosen, _, shared := f.plan(c, p.key.target.String(), fr.perRegion)
 		if !shared || chosen&^p.ran == 0 {
 			continue
 		}
-		moved = r.bringForward(p, now) || moved
-	}
-	if moved {
-		r.kick()
-	}
-}
-
-// decideAloneSoon brings forward the next round of every probe of fleet f that has no verdict
-// yet: the first join failed, so the rounds held for the fleet (fleet.warming) decide alone
-// within about a second rather than an interval later (F-4: startup never waits for etcd).
-func (r *Registry) decideAloneSoon(f *fleet) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	now := r.clock.Now()
-	moved := false
-	for _, p := range r.probes {
-		if fr := p.run.fleet; fr == nil || fr.f != f || p.busy {
-			continue
-		}
-		p.mu.Lock()
-		unknown := p.state == health.Unknown
-		p.mu.Unlock()
-		if unknown {
-			moved = r.bringForward(p, now) || moved
+		if soon := now.Add(r.jitter(min(c.Interval, 500*time.Millisecond))); p.due.After(soon) {
+			p.due = soon
+			heap.Fix(&r.queue, p.index)
+			moved = true
 		}
 	}
 	if moved {
 		r.kick()
 	}
-}
-
-// bringForward moves p's next round to within half a second of now (spread, HC-5) when it is
-// due later, and says whether it did; r.mu is held.
-func (r *Registry) bringForward(p *probe, now time.Time) bool {
-	soon := now.Add(r.jitter(min(p.run.check.Interval, 500*time.Millisecond)))
-	if !p.due.After(soon) {
-		return false
-	}
-	p.due = soon
-	heap.Fix(&r.queue, p.index)
-	return true
 }
 
 // probing counts p in the fleet's gauge of probed targets while its rounds probe; r.mu is held.

@@ -135,11 +135,6 @@ func (f *fleet) lost(err error, first bool) {
 	quiet := errors.Is(err, errDuplicate) || errors.Is(err, errSuperseded) || (f.outage && !first)
 	f.outage = true
 	f.mu.Unlock()
-	if first {
-		for _, r := range f.registries() {
-			r.decideAloneSoon(f)
-		}
-	}
 	if quiet {
 		return // logged by claim, by the newer membership, or when the outage began
 	}
@@ -694,17 +689,9 @@ func (f *fleet) assess() {
 		f.outage = enter
 	}
 	_, shared := f.mode(f.warm())
-	decides := shared && f.fallback
 	f.setFallback(!shared)
 	err := f.lastErr
 	f.mu.Unlock()
-	if decides {
-		// The fleet decides from now on: the targets held Unknown for it (fleet.warming) get
-		// its verdict now, not at their next round.
-		for _, r := range f.registries() {
-			r.refresh(f, nil)
-		}
-	}
 	switch {
 	case enter && strings.HasPrefix(why, "etcd unreachable"):
 		log.Warningf("Fleet %s (replica %s): %s, probing and deciding alone: %v%s", f.cfg.Prefix, f.cfg.Replica, why, err, f.reach())

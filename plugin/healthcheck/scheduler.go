@@ -165,10 +165,9 @@ type round struct {
 	left atomic.Int64
 	// ran are the regions probed in this round (bit r: region r of the check); every region
 	// without a fleet. In a fleet, chosen are the regions this replica publishes; joined says it
-	// is a member, shared that the fleet's results decide, warming that they will soon
-	// (fleet.warming).
-	ran, chosen             uint32
-	joined, shared, warming bool
+	// is a member, shared that the fleet's results decide.
+	ran, chosen    uint32
+	joined, shared bool
 }
 
 type job struct {
@@ -261,7 +260,7 @@ func (r *Registry) due(now time.Time, batch []job) []job {
 		c := p.run.check
 		rd := &round{p: p, run: p.run, url: p.url, res: make([]attempt, c.slots()), ran: 1<<len(c.Regions) - 1}
 		if fr := p.run.fleet; fr != nil {
-			rd.chosen, rd.joined, rd.shared, rd.warming = fr.f.plan(c, p.key.target.String(), fr.perRegion)
+			rd.chosen, rd.joined, rd.shared = fr.f.plan(c, p.key.target.String(), fr.perRegion)
 			if rd.shared {
 				rd.ran = rd.chosen // F-2: only the regions this replica is chosen for
 			}
@@ -412,9 +411,6 @@ func (r *Registry) finish(rd *round) {
 		p.streak = streak{}
 	}
 	st := p.streak.next(c, v.outcome)
-	if rd.warming && p.state == health.Unknown {
-		return // F-3: the fleet decides it within the interval
-	}
 	if st == health.Unknown && fromShared && p.state == health.Unknown {
 		// The fleet's Unknown (no prober had a state): still none, now this replica's own.
 		r.set(p, rd.run, st, v.reason)
