@@ -93,9 +93,18 @@ func startReplica(t *testing.T, cfg *fleetConfig, c *Check, script *regionScript
 // startProbeReplica starts a member probing targets with check c through probe.
 func startProbeReplica(t *testing.T, cfg *fleetConfig, c *Check, probe func(context.Context, *checkRun, int, netip.AddrPort, string) attempt, targets ...netip.AddrPort) *replica {
 	t.Helper()
+	return startReplicaJitter(t, cfg, c, probe, uniformJitter, targets...)
+}
+
+// noJitter has every first round at once.
+func noJitter(time.Duration) time.Duration { return 0 }
+
+// startReplicaJitter is startProbeReplica with the first rounds spread by jitter.
+func startReplicaJitter(t *testing.T, cfg *fleetConfig, c *Check, probe func(context.Context, *checkRun, int, netip.AddrPort, string) attempt, jitter func(time.Duration) time.Duration, targets ...netip.AddrPort) *replica {
+	t.Helper()
 	b := health.NewBoard(time.Now)
 	r := NewRegistry(b, realClock{})
-	r.probe = probe
+	r.probe, r.jitter = probe, jitter
 	r.start()
 	rp := &replica{name: cfg.Replica, reg: r, board: b, view: newFleetView([]*Check{c})}
 	rp.f = joinFleet(cfg, rp.view)
@@ -374,6 +383,83 @@ func TestFleetLateJoinerSameVerdictF3(t *testing.T) {
 	agreeThroughout(t, 3*check().Interval, []*replica{a, b})
 	if st := b.status(0); st.State != health.Healthy || st.Reason != "fleet: 1/1 regions healthy" {
 		t.Errorf("b: %v (%s), want a's healthy prober's verdict", st.State, st.Reason)
+	}
+}
+
+// winsIn returns a target of 127.0.X.0/24, port 80, that replica me probes from region among
+// members (rendezvous, replicas_per_region 1).
+func winsIn(t *testing.T, x byte, members []string, me, region string) netip.AddrPort {
+	t.Helper()
+	for i := 1; i < 250; i++ {
+		tg := netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, x, byte(i)}), 80)
+		if chosen(members, me, "web|"+tg.String()+"|"+region, 1) {
+			return tg
+		}
+	}
+	t.Fatalf("no target of 127.0.%d.0/24 that %s probes", x, me)
+	return netip.AddrPort{}
+}
+
+// F-3: when the fleet starts deciding (one interval after the join), its verdicts replace the
+// replica's own at once, not at each target's next round. a probes the target in us-east1 and
+// publishes nothing new (steady); b joins (us-east1, not chosen for it), decides alone at its
+// first round (at once), and has the fleet's verdict about one interval (4 s) after its join;
+// its next rounds would bring it only at 8 s (the round at 4 s is planned just before).
+func TestFleetDecidesAtWarmEndF3(t *testing.T) {
+	leakCheck(t)
+	etcd := etcdtest.New(t)
+	const prefix = "/test/warmend"
+	iv := 4 * time.Second
+	tg := winsIn(t, 89, []string{"a", "b"}, "a", "us-east1")
+	a := startProbeReplica(t, testFleetConfig(etcd.Endpoint, prefix, "a", 1), fleetCheck(iv, "us-east1"), (&flipScript{}).probe, tg)
+	waitFor30(t, "a decides from the fleet", func() bool { return strings.HasPrefix(a.status(0).Reason, "fleet: ") })
+	start := time.Now()
+	b := startReplicaJitter(t, testFleetConfig(etcd.Endpoint, prefix, "b", 1), fleetCheck(iv, "us-east1"), (&flipScript{}).probe, noJitter, tg)
+	waitFor30(t, "b's own verdict", func() bool { return b.status(0).State == health.Healthy })
+	waitFor30(t, "b has the fleet's verdict", func() bool { return strings.HasPrefix(b.status(0).Reason, "fleet: ") })
+	if d := time.Since(start); d > iv+iv/2 {
+		t.Errorf("b had the fleet's verdict %s after its start, want about one interval (%s)", d, iv)
+	}
+}
+
+// F-3: a round planned while the replica decided alone that finishes once the fleet decides
+// does not overwrite the fleet's verdict with the replica's own. a (us-east1) and c
+// (europe-west1) serve a target healthy from their regions; d (asia-east1), where it fails,
+// joins with a round in flight (its probe answers only when the test says so); the round ends
+// after d has the fleet's healthy, and d keeps serving the target.
+func TestFleetRoundInFlightAtSwitchF3(t *testing.T) {
+	leakCheck(t)
+	etcd := etcdtest.New(t)
+	const prefix = "/test/inflight"
+	tg := netip.MustParseAddrPort("127.0.89.1:80")
+	script := newRegionScript()
+	script.set(tg, "us-east1", "europe-west1")
+	iv := time.Second
+	a := startReplica(t, testFleetConfig(etcd.Endpoint, prefix, "a", 1), fleetCheck(iv, "us-east1"), script, tg)
+	c := startReplica(t, testFleetConfig(etcd.Endpoint, prefix, "c", 1), fleetCheck(iv, "europe-west1"), script, tg)
+	waitFor30(t, "a and c serve the target from the fleet", func() bool {
+		for _, rp := range []*replica{a, c} {
+			if st := rp.status(0); st.State != health.Healthy || !strings.HasPrefix(st.Reason, "fleet: ") {
+				return false
+			}
+		}
+		return true
+	})
+	gate := make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(gate) }) }
+	slow := func(context.Context, *checkRun, int, netip.AddrPort, string) attempt {
+		<-gate // beyond the probe's timeout: the round spans the switch to the fleet's verdicts
+		return attempt{outcome: failure, reason: "refused from asia-east1"}
+	}
+	d := startReplicaJitter(t, testFleetConfig(etcd.Endpoint, prefix, "d", 1), fleetCheck(iv, "asia-east1"), slow, noJitter, tg)
+	t.Cleanup(open) // before d stops: its registry waits for the round
+	waitFor30(t, "d has the fleet's verdict", func() bool { return d.status(0).Reason == "fleet: 2/2 regions healthy" })
+	r0 := d.reg.rounds.Load()
+	open()
+	waitFor30(t, "the round in flight ends", func() bool { return d.reg.rounds.Load() > r0 })
+	if st := d.status(0); st.State != health.Healthy || !strings.HasPrefix(st.Reason, "fleet: ") {
+		t.Fatalf("d: %v (%s) after its round planned alone ended, want the fleet's healthy", st.State, st.Reason)
 	}
 }
 

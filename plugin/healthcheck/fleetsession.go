@@ -689,9 +689,17 @@ func (f *fleet) assess() {
 		f.outage = enter
 	}
 	_, shared := f.mode(f.warm())
+	decides := shared && f.fallback
 	f.setFallback(!shared)
 	err := f.lastErr
 	f.mu.Unlock()
+	if decides {
+		// The fleet decides from now on: its verdicts replace this replica's own now, not at
+		// each target's next round, up to an interval later (F-3).
+		for _, r := range f.registries() {
+			r.refresh(f, nil)
+		}
+	}
 	switch {
 	case enter && strings.HasPrefix(why, "etcd unreachable"):
 		log.Warningf("Fleet %s (replica %s): %s, probing and deciding alone: %v%s", f.cfg.Prefix, f.cfg.Replica, why, err, f.reach())

@@ -396,7 +396,10 @@ func (r *Registry) finish(rd *round) {
 		if rd.joined {
 			fr.f.publish(c, p.key.target.String(), states, rd.chosen)
 		}
-		if rd.shared {
+		if rd.shared || fr.f.decides(c.Interval) {
+			// Planned while this replica decided alone and finished once the fleet decides
+			// (its view became current, or the interval after a join ended): the fleet's
+			// verdict stands, the round only fed the published states (F-3).
 			r.decideShared(p, rd.run)
 			return
 		}
