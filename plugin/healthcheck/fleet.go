@@ -355,14 +355,6 @@ func (f *fleet) mode(iv time.Duration) (joined, shared bool) {
 	return true, f.stale(now) == "" && now.Sub(f.heard) <= 3*iv && now.Sub(f.since) >= iv
 }
 
-// decides says whether the fleet decides a check of interval iv now (mode).
-func (f *fleet) decides(iv time.Duration) bool {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	_, shared := f.mode(iv)
-	return shared
-}
-
 // stale says why this replica's view of the fleet cannot be trusted at now, "" when it can: it
 // was last known current (heard) longer than the renewal period plus the timeout ago, this replica's
 // due results have failed to be written for as long, or etcd reports an alarm (it refuses

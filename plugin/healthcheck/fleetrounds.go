@@ -94,13 +94,18 @@ func (r *Registry) refresh(f *fleet, pairs []pairKey) {
 // same on every replica, rather than whatever each replica decided before (its own verdict, or
 // a shared one whose results no longer exist, F-4).
 func (r *Registry) decideShared(p *probe, run *checkRun) {
-	c := run.check
-	pair := pairKey{check: c.Name, target: p.key.target.String()}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	r.decideSharedLocked(p, run)
+}
+
+// decideSharedLocked is decideShared with p.mu held; it reports whether the fleet decided.
+func (r *Registry) decideSharedLocked(p *probe, run *checkRun) bool {
+	c := run.check
+	pair := pairKey{check: c.Name, target: p.key.target.String()}
 	ts, ok := run.fleet.f.shared(pair, c.Interval)
 	if !ok {
-		return
+		return false
 	}
 	v := aggregate(ts)
 	st, reason := health.Healthy, "fleet: "+v.reason
@@ -112,6 +117,7 @@ func (r *Registry) decideShared(p *probe, run *checkRun) {
 	}
 	p.shared = true
 	r.set(p, run, st, reason)
+	return true
 }
 
 // noStateReason is the reason of the fleet's verdict when no prober of any member has a state.

@@ -396,16 +396,15 @@ func (r *Registry) finish(rd *round) {
 		if rd.joined {
 			fr.f.publish(c, p.key.target.String(), states, rd.chosen)
 		}
-		if rd.shared || fr.f.decides(c.Interval) {
-			// Planned while this replica decided alone and finished once the fleet decides
-			// (its view became current, or the interval after a join ended): the fleet's
-			// verdict stands, the round only fed the published states (F-3).
-			r.decideShared(p, rd.run)
-			return
-		}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	// While the fleet decides, its verdict stands, also after a round planned when this replica
+	// decided alone (F-3: the switch came while it ran); the round only fed the published states.
+	// Checked under p.mu, so a refresh at the switch and this round do not overwrite each other.
+	if rd.run.fleet != nil && r.decideSharedLocked(p, rd.run) {
+		return
+	}
 	// F-4: a replica that decides alone again after the fleet did starts as from Unknown: its
 	// first verdict decides, rather than the fleet's lasting for a threshold's worth of rounds.
 	fromShared := p.shared
