@@ -402,8 +402,16 @@ func (r *Registry) finish(rd *round) {
 	// While the fleet decides, its verdict stands, also after a round planned when this replica
 	// decided alone (F-3: the switch came while it ran); the round only fed the published states.
 	// Checked under p.mu, so a refresh at the switch and this round do not overwrite each other.
-	if rd.run.fleet != nil && r.decideSharedLocked(p, rd.run) {
-		return
+	if rd.run.fleet != nil {
+		if r.decideSharedLocked(p, rd.run) {
+			return
+		}
+		if rd.ran != 1<<len(c.Regions)-1 {
+			// Planned while the fleet decided, so it probed only the regions this replica
+			// publishes, and the fleet no longer decides: too few for a verdict of its own;
+			// the next round, planned alone, probes every region (F-4).
+			return
+		}
 	}
 	// F-4: a replica that decides alone again after the fleet did starts as from Unknown: its
 	// first verdict decides, rather than the fleet's lasting for a threshold's worth of rounds.
