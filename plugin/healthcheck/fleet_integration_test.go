@@ -22,8 +22,8 @@ const fleetTimeout = 2 * time.Second
 // test's own ports).
 func fleetCorefile(etcd, prefix string, port uint16, rdata string, perRegion, threshold int, interval time.Duration) string {
 	return fmt.Sprintf(`steer.test:{$DNSPORT} {
-	bind 127.0.0.1
-	prometheus 127.0.0.1:{$METRICSPORT}
+	bind {$ADDR}
+	prometheus {$ADDR}:{$METRICSPORT}
 	healthcheck {
 		check web {
 			protocol http

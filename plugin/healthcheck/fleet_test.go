@@ -355,13 +355,7 @@ func TestFleetLateJoinerSameVerdictF3(t *testing.T) {
 	etcd := etcdtest.New(t)
 	prefix := "/test/latejoiner"
 	// A target a wins in us-east1 against b (rendezvous): b never probes it while shared.
-	var tg netip.AddrPort
-	for i := 1; i < 250; i++ {
-		tg = netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 87, byte(i)}), 80)
-		if chosen([]string{"a", "b"}, "a", "web|"+tg.String()+"|us-east1", 1) {
-			break
-		}
-	}
+	tg := winsIn(t, 87, []string{"a", "b"}, "a", "us-east1")
 	check := func() *Check {
 		c := fleetCheck(time.Second, "us-east1")
 		c.HealthyThreshold, c.UnhealthyThreshold = 10, 10
@@ -480,13 +474,7 @@ func TestFleetNoStateSameVerdictF3(t *testing.T) {
 	etcd := etcdtest.New(t)
 	const prefix = "/test/nostate"
 	// A target c wins in us-east1 against a and b (rendezvous).
-	var tg netip.AddrPort
-	for i := 1; i < 250; i++ {
-		tg = netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 88, byte(i)}), 80)
-		if chosen([]string{"a", "b", "c"}, "c", "web|"+tg.String()+"|us-east1", 1) {
-			break
-		}
-	}
+	tg := winsIn(t, 88, []string{"a", "b", "c"}, "c", "us-east1")
 	iv := time.Second
 	c := startProbeReplica(t, testFleetConfig(etcd.Endpoint, prefix, "c", 1), fleetCheck(iv, "us-east1"), (&flipScript{pattern: func(int) bool { return true }}).probe, tg)
 	a := startProbeReplica(t, testFleetConfig(etcd.Endpoint, prefix, "a", 1), fleetCheck(iv, "us-east1"), (&flipScript{nores: true}).probe, tg)

@@ -2,12 +2,15 @@ package status
 
 import (
 	"fmt"
+	"net"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 	"github.com/coresteer/coresteer/plugin/pkg/etcdtest"
+	"github.com/coresteer/coresteer/plugin/pkg/freeport"
 	"github.com/coresteer/coresteer/plugin/pkg/statusview"
 )
 
@@ -15,8 +18,8 @@ import (
 // come from the environment, as in deploy/kubernetes.
 func fleetCorefile(etcd, port string) string {
 	return fmt.Sprintf(`steer.test:{$DNSPORT} {
-	bind 127.0.0.1
-	status 127.0.0.1:{$STATUSPORT}
+	bind {$ADDR}
+	status {$ADDR}:{$STATUSPORT}
 	healthcheck {
 		check web {
 			protocol http
@@ -49,11 +52,20 @@ type fleetReplica struct {
 	logs *coretest.Log
 }
 
+// replicaAddrs gives each replica process a loopback address of its own (127.0.92.0/24; the
+// healthcheck plugin's replicas use 127.0.91.0/24): the ports picked free for it there cannot be
+// taken, before it binds them, by a connection another process opens from 127.0.0.1.
+var replicaAddrs atomic.Uint32
+
 func startFleetReplica(t *testing.T, name, region, corefile string) *fleetReplica {
 	t.Helper()
-	port := coretest.FreePort(t)
-	fr := &fleetReplica{base: "http://127.0.0.1:" + port, logs: &coretest.Log{}}
-	r, err := etcdtest.StartReplica(name, "127.0.0.1", corefile, []string{"-test.run=^$"}, []string{"REGION=" + region, "STATUSPORT=" + port}, fr.logs)
+	addr := fmt.Sprintf("127.0.92.%d", replicaAddrs.Add(1)%250+1)
+	port, err := freeport.On(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fr := &fleetReplica{base: "http://" + net.JoinHostPort(addr, port), logs: &coretest.Log{}}
+	r, err := etcdtest.StartReplica(name, addr, corefile, []string{"-test.run=^$"}, []string{"REGION=" + region, "STATUSPORT=" + port}, fr.logs)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, fr.logs)
 	}
@@ -86,6 +98,8 @@ func TestStatusFleetView(t *testing.T) {
 	rs := []*fleetReplica{a, b, c}
 
 	var views []statusview.Fleet
+	// "probed here" is the last round's: the fleet's verdict comes at the switch, the sharded
+	// rounds after it, so the page is read once a round planned in shared mode ran everywhere.
 	waitFor(t, "every replica's page in shared mode with three members and both targets", func() bool {
 		views = views[:0]
 		for _, r := range rs {
@@ -94,7 +108,8 @@ func TestStatusFleetView(t *testing.T) {
 				return false
 			}
 			for _, p := range f.Probes {
-				if p.Verdict != "fleet" {
+				if p.Verdict != "fleet" || len(p.Regions) != 1 || len(p.Regions[0].Members) != 1 ||
+					p.Regions[0].Here != (p.Regions[0].Members[0] == r.Name) {
 					return false
 				}
 			}
