@@ -1,14 +1,12 @@
 package healthcheck
 
 import (
-	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,19 +24,13 @@ type replicaProc struct {
 	logs *coretest.Log
 }
 
-// replicaAddrs gives each replica process a loopback address of its own (127.0.91.0/24; the
-// status plugin's replicas use 127.0.92.0/24): the ports picked free for it there cannot be taken,
-// before it binds them, by a connection another process opens from 127.0.0.1.
-var replicaAddrs atomic.Uint32
-
-func nextReplicaAddr() string { return fmt.Sprintf("127.0.91.%d", replicaAddrs.Add(1)%250+1) }
-
 // startReplicaProc starts a replica named name serving corefile with env, stopped when t ends,
 // and waits until it serves.
 func startReplicaProc(t *testing.T, name, corefile string, env ...string) *replicaProc {
 	t.Helper()
 	rp := &replicaProc{logs: &coretest.Log{}}
-	r, err := etcdtest.StartReplica(name, nextReplicaAddr(), corefile, []string{"-test.run=^$"}, env, rp.logs)
+	// Replicas of these tests on 127.0.91.0/24, the status plugin's on 127.0.92.0/24.
+	r, err := etcdtest.StartReplica(name, etcdtest.ReplicaAddr(91), corefile, []string{"-test.run=^$"}, env, rp.logs)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, rp.logs)
 	}

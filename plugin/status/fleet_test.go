@@ -5,7 +5,6 @@ import (
 	"net"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
@@ -52,14 +51,9 @@ type fleetReplica struct {
 	logs *coretest.Log
 }
 
-// replicaAddrs gives each replica process a loopback address of its own (127.0.92.0/24; the
-// healthcheck plugin's replicas use 127.0.91.0/24): the ports picked free for it there cannot be
-// taken, before it binds them, by a connection another process opens from 127.0.0.1.
-var replicaAddrs atomic.Uint32
-
 func startFleetReplica(t *testing.T, name, region, corefile string) *fleetReplica {
 	t.Helper()
-	addr := fmt.Sprintf("127.0.92.%d", replicaAddrs.Add(1)%250+1)
+	addr := etcdtest.ReplicaAddr(92) // the healthcheck tests use 91
 	port, err := freeport.On(addr)
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -41,6 +42,17 @@ type Replica struct {
 	stdin io.WriteCloser
 	lines chan string
 	done  chan struct{}
+}
+
+// replicaAddrs counts the addresses ReplicaAddr gave out.
+var replicaAddrs atomic.Uint32
+
+// ReplicaAddr returns a loopback address of 127.0.BLOCK.0/24 for one replica process, another at
+// each call (250 in turn). A replica on an address of its own keeps the ports StartReplica picks
+// free for it: on 127.0.0.1 a connection another process opens meanwhile (etcd clients, other test
+// packages) can take one before the replica binds it. Give each package its own BLOCK.
+func ReplicaAddr(block byte) string {
+	return fmt.Sprintf("127.0.%d.%d", block, replicaAddrs.Add(1)%250+1)
 }
 
 // StartReplica starts a replica named name on addr (a loopback address), serving corefile, with
