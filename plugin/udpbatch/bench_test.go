@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
+	"github.com/coresteer/coresteer/plugin/pkg/udpanswer"
 
 	"github.com/miekg/dns"
 	"golang.org/x/net/ipv4"
@@ -151,7 +152,7 @@ func BenchmarkSend(b *testing.B) {
 			s := newSocket(fmt.Sprintf("bench-send-%d", n), n)
 			s.conn, s.pc = srv, ipv4.NewPacketConn(srv)
 			ap := sess.RemoteAddr().(*net.UDPAddr).AddrPort()
-			reply := replyOOB((&ipv4.ControlMessage{Dst: net.IPv4(127, 0, 0, 1), IfIndex: 1}).Marshal())
+			reply := udpanswer.ReplyOOB((&ipv4.ControlMessage{Dst: net.IPv4(127, 0, 0, 1), IfIndex: 1}).Marshal())
 			batch := make([]entry, n)
 			b.ResetTimer()
 			for i := 0; i < b.N; i += n {

@@ -2,7 +2,6 @@ package udpbatch
 
 import (
 	"errors"
-	"net"
 	"strings"
 	"testing"
 
@@ -10,9 +9,6 @@ import (
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
-
-	"golang.org/x/net/ipv4"
-	"golang.org/x/net/ipv6"
 )
 
 func TestParse(t *testing.T) {
@@ -115,21 +111,4 @@ func FuzzServeDNS(f *testing.F) {
 	u := New()
 	u.Next = coretest.Echo
 	coretest.FuzzPassThrough(f, u)
-}
-
-// replyOOB takes whatever control message a query came with: it never panics, and what it
-// returns parses as a control message.
-func FuzzReplyOOB(f *testing.F) {
-	f.Add([]byte{})
-	f.Add((&ipv4.ControlMessage{Dst: net.IPv4(127, 0, 0, 2), IfIndex: 1}).Marshal())
-	f.Add((&ipv6.ControlMessage{Dst: net.IPv6loopback, IfIndex: 1}).Marshal())
-	f.Fuzz(func(t *testing.T, oob []byte) {
-		r := replyOOB(oob)
-		if r == nil {
-			return
-		}
-		if (&ipv4.ControlMessage{}).Parse(r) != nil && (&ipv6.ControlMessage{}).Parse(r) != nil {
-			t.Fatalf("reply control message %x does not parse", r)
-		}
-	})
 }

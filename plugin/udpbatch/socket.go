@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/coresteer/coresteer/plugin/pkg/udpanswer"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/net/ipv4"
 )
@@ -18,10 +20,6 @@ import (
 // miekg/dns does. Each waiting answer is a handler waiting: the bound keeps one batch's wait
 // (and the arrays behind it) bounded.
 const queueLimit = 1024
-
-// Distinct received control messages (one per local address a wildcard listener is asked on)
-// whose reply control message is remembered.
-const oobCacheSize = 64
 
 // socket batches the answers of one UDP listener socket, by group commit: a handler queues its
 // answer and waits until it has been sent. The handler that finds no one sending becomes the
@@ -45,9 +43,8 @@ type socket struct {
 	pending *batch   // answers waiting for a sender
 	free    []*batch // sent batches whose handlers all read their result
 	conn    *net.UDPConn
-	pc      *ipv4.PacketConn  // conn, for WriteBatch
-	oobs    map[string][]byte // received control message -> reply control message
-	warned  bool              // the line saying why batching is off was logged
+	pc      *ipv4.PacketConn // conn, for WriteBatch
+	warned  bool             // the line saying why batching is off was logged
 
 	// Owned by the sender (whoever set busy).
 	msgs    []ipv4.Message
@@ -97,7 +94,6 @@ func newSocket(server string, max int) *socket {
 		server: server,
 		max:    max,
 		yield:  runtime.Gosched,
-		oobs:   make(map[string][]byte),
 		msgs:   make([]ipv4.Message, max),
 		m: socketMetrics{
 			direct:   writesTotal.WithLabelValues(server, "direct"),
@@ -130,7 +126,7 @@ func (s *socket) newBatch() *batch {
 // write sends the packed answer b of w's query, in a batch, and returns when it has been sent
 // (or could not be), with its own result, as miekg/dns's Write does.
 func (s *socket) write(w *writer, b []byte) (int, error) {
-	conn := w.l.conn(w.ResponseWriter)
+	conn := w.l.Conn(w.ResponseWriter)
 	ua, _ := w.RemoteAddr().(*net.UDPAddr)
 	s.mu.Lock()
 	switch {
@@ -148,7 +144,7 @@ func (s *socket) write(w *writer, b []byte) (int, error) {
 	}
 	bt := s.pending
 	i := len(bt.entries)
-	bt.entries = append(bt.entries, entry{buf: b, addr: ua.AddrPort(), oob: s.replyOOB(w.l.oob(w.ResponseWriter)), err: errNotSent})
+	bt.entries = append(bt.entries, entry{buf: b, addr: ua.AddrPort(), oob: udpanswer.Reply(w.l.OOB(w.ResponseWriter)), err: errNotSent})
 	// Counted before it is sent: a client that has its answer sees it counted.
 	s.m.queued.Inc()
 	if !s.busy {
@@ -227,19 +223,6 @@ func (s *socket) release(bt *batch) {
 	bt.entries = bt.entries[:0]
 	bt.sent = false
 	s.free = append(s.free, bt)
-}
-
-// replyOOB returns replyOOB(oob), remembered per socket: a listener is asked on few addresses.
-// Called with mu held.
-func (s *socket) replyOOB(oob []byte) []byte {
-	if r, ok := s.oobs[string(oob)]; ok {
-		return r
-	}
-	r := replyOOB(oob)
-	if len(s.oobs) < oobCacheSize {
-		s.oobs[string(oob)] = r
-	}
-	return r
 }
 
 // sendRecovering sends es, max answers per sendmmsg. A panic does not take the server down or

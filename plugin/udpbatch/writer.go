@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/coredns/coredns/request"
+	"github.com/coresteer/coresteer/plugin/pkg/udpanswer"
 
 	"github.com/miekg/dns"
 )
@@ -14,8 +15,8 @@ import (
 type writer struct {
 	dns.ResponseWriter
 	s   *socket
-	l   *layout // of the embedded writer's type
-	seq uint64  // this query's number among the socket's arrivals
+	l   *udpanswer.Layout // of the embedded writer's type
+	seq uint64            // this query's number among the socket's arrivals
 }
 
 // Write implements dns.Writer: miekg/dns's WriteMsg calls it with the packed answer, and the
@@ -25,8 +26,8 @@ func (w *writer) Write(b []byte) (int, error) { return w.s.write(w, b) }
 // decorate is the socket's dns.DecorateWriter, applied to miekg/dns's writer of every query.
 func (s *socket) decorate(w dns.Writer) dns.Writer {
 	rw, ok := w.(dns.ResponseWriter)
-	l := layoutFor(w)
-	if !ok || !l.ok {
+	l := udpanswer.LayoutFor(w)
+	if !ok || !l.OK() {
 		s.mu.Lock()
 		if !s.warned {
 			s.warned = true
@@ -41,11 +42,11 @@ func (s *socket) decorate(w dns.Writer) dns.Writer {
 // batched returns udpbatch's writer of the answer that miekg/dns's writer w writes, or nil when
 // w is not miekg/dns's UDP writer or its writer is not ours (TCP, another decorator).
 func batched(w dns.ResponseWriter) *writer {
-	l := known.Load()
-	if l == nil || reflect.TypeOf(w) != l.typ {
+	l := udpanswer.Known()
+	if l == nil || reflect.TypeOf(w) != l.Type() {
 		return nil
 	}
-	bw, _ := l.decorated(w).(*writer)
+	bw, _ := l.Decorated(w).(*writer)
 	return bw
 }
 

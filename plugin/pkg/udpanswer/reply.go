@@ -1,0 +1,68 @@
+package udpanswer
+
+import (
+	"net"
+	"sync"
+
+	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
+)
+
+// ReplyOOB is the control message of an answer to a query received with oob: the query's
+// destination address as the answer's source, so a client that asked one address of a wildcard
+// listener hears from that address. It is miekg/dns's correctSource, the same bytes, made anew
+// (about 0.5 µs and seven allocations): Reply remembers them.
+func ReplyOOB(oob []byte) (reply []byte) {
+	// x/net's Parse panics on some malformed messages (an IPPROTO_IP message of type 0). The
+	// kernel never sends those; should one come, the answer goes without a source, as from a
+	// listener bound to one address.
+	defer func() {
+		if recover() != nil {
+			reply = nil
+		}
+	}()
+	var dst net.IP
+	cm6 := new(ipv6.ControlMessage)
+	if cm6.Parse(oob) == nil && cm6.Dst != nil {
+		dst = cm6.Dst
+	} else {
+		cm4 := new(ipv4.ControlMessage)
+		if cm4.Parse(oob) == nil && cm4.Dst != nil {
+			dst = cm4.Dst
+		}
+	}
+	if dst == nil {
+		return nil
+	}
+	if dst.To4() == nil {
+		return (&ipv6.ControlMessage{Src: dst}).Marshal()
+	}
+	return (&ipv4.ControlMessage{Src: dst}).Marshal()
+}
+
+// replyCacheSize is the most received control messages (one per local address and interface a
+// wildcard listener is asked on) whose reply is remembered; beyond that, replies are made anew.
+const replyCacheSize = 64
+
+var replies = struct {
+	sync.RWMutex
+	m map[string][]byte
+}{m: make(map[string][]byte)}
+
+// Reply returns ReplyOOB(oob), remembered for the process: a server is asked on few local
+// addresses, so the reply of each is made once. The slice is shared: not to be changed.
+func Reply(oob []byte) []byte {
+	replies.RLock()
+	r, ok := replies.m[string(oob)]
+	replies.RUnlock()
+	if ok {
+		return r
+	}
+	r = ReplyOOB(oob)
+	replies.Lock()
+	if len(replies.m) < replyCacheSize {
+		replies.m[string(oob)] = r
+	}
+	replies.Unlock()
+	return r
+}
