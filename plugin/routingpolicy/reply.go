@@ -3,6 +3,7 @@ package routingpolicy
 import (
 	"sync"
 
+	"github.com/coresteer/coresteer/plugin/pkg/udpanswer"
 	"github.com/miekg/dns"
 )
 
@@ -33,8 +34,9 @@ type part struct {
 // the stack) and the buffer it is packed into. ServeDNS takes one from scratches and gives it
 // back when it has written the answer.
 type scratch struct {
-	an  []part
-	buf []byte
+	an     []part
+	buf    []byte
+	direct udpanswer.Direct // the UDP writer of a packed answer (writePacked)
 }
 
 var scratches = sync.Pool{New: func() any {

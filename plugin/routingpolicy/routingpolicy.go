@@ -105,7 +105,7 @@ func (rp *RoutingPolicy) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *
 	}
 	if rp.packed {
 		var ok bool
-		if buf, ok = writePacked(w, r, &rep, ecs, buf); ok {
+		if buf, ok = writePacked(w, r, &rep, ecs, buf, &sc.direct); ok {
 			return dns.RcodeSuccess, nil
 		}
 	}

@@ -7,7 +7,6 @@ import (
 	"net"
 	"reflect"
 	"slices"
-	"sync"
 
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
@@ -15,6 +14,7 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/edns"
 	"github.com/coredns/coredns/plugin/pkg/nonwriter"
 	"github.com/coredns/coredns/request"
+	"github.com/coresteer/coresteer/plugin/pkg/udpanswer"
 
 	"github.com/miekg/dns"
 )
@@ -90,8 +90,9 @@ func appendName(b []byte, name string) ([]byte, bool) {
 // registered some), one that does not pack; and when w does not write to the client (toClient). It returns buf, maybe grown, for the next answer:
 // ResponseWriter.Write does not keep the slice it is given (io.Writer's contract: miekg/dns
 // writes it to the socket, a writer that queues copies it).
-func writePacked(w dns.ResponseWriter, r *dns.Msg, rep *reply, ecs *dns.EDNS0_SUBNET, buf []byte) ([]byte, bool) {
-	if !toClient(w) {
+func writePacked(w dns.ResponseWriter, r *dns.Msg, rep *reply, ecs *dns.EDNS0_SUBNET, buf []byte, d *udpanswer.Direct) ([]byte, bool) {
+	sw := clientWriter(w)
+	if sw == nil {
 		return buf, false
 	}
 	b, ok := appendReply(buf[:0], r, rep, ecs)
@@ -99,40 +100,64 @@ func writePacked(w dns.ResponseWriter, r *dns.Msg, rep *reply, ecs *dns.EDNS0_SU
 		ok = fits(w, r, len(b))
 	}
 	if ok {
-		w.Write(b)
+		write(w, sw, d, b)
 	}
 	return b, ok
 }
 
-// toClient reports whether bytes written to w go to the client of the query, as they are: w is
-// the writer CoreDNS's server gives the chain for a query (its ScrubWriter around the writer of
-// miekg/dns, UDP, TCP or TLS; DoQ's and DoH's get WriteMsg), maybe wrapped by writers that pass Write on: the one plugin.NextOrFailure gives each
-// plugin after the first (pluginWriter), and writers that say so (Unwrap). A plugin that asks the
+// write writes b to w, whose ScrubWriter is sw. When the writer beneath sw is miekg/dns's UDP
+// writer, d (udpanswer.Direct) takes its place for this Write: it sends b with the same system
+// call to the same client from the same address, with the reply's control message made once per
+// local address rather than parsed and made again for every answer (miekg/dns's correctSource:
+// about 0.5 µs and seven allocations). The wrappers above sw see the Write as before.
+func write(w dns.ResponseWriter, sw *request.ScrubWriter, d *udpanswer.Direct, b []byte) {
+	rw := sw.ResponseWriter
+	if d == nil || !d.Reset(rw) {
+		w.Write(b)
+		return
+	}
+	sw.ResponseWriter = d
+	defer func() { sw.ResponseWriter = rw; d.Clear() }()
+	w.Write(b)
+}
+
+// toClient reports whether bytes written to w go to the client of the query, as they are
+// (clientWriter).
+func toClient(w dns.ResponseWriter) bool { return clientWriter(w) != nil }
+
+// clientWriter returns the ScrubWriter beneath w when bytes written to w go to the client of the
+// query, as they are, or nil: w is the writer CoreDNS's server gives the chain for a query (its
+// ScrubWriter around the writer of miekg/dns, UDP, TCP or TLS; DoQ's and DoH's get WriteMsg),
+// maybe wrapped by writers that pass Write on: the one plugin.NextOrFailure gives each plugin
+// after the first (pluginWriter), and writers that say so (Unwrap). A plugin that asks the
 // server a question of its own (pkg/upstream for file's out-of-zone CNAME targets, outbound for
 // FQDN targets) captures the dns.Msg of the answer with a nonwriter, around its client's writer:
 // Write would send the bytes to that client, so such an answer needs WriteMsg.
-func toClient(w dns.ResponseWriter) bool {
+func clientWriter(w dns.ResponseWriter) *request.ScrubWriter {
 	for range maxWrappers {
 		switch v := w.(type) {
 		case *request.ScrubWriter:
 			switch v.ResponseWriter.(type) {
 			case *nonwriter.Writer, *dnstest.Recorder:
-				return false
+				return nil
 			case *dnsserver.DoQWriter, *dnsserver.DoHWriter:
 				// DoQ's Write does not end the stream (its WriteMsg does: RFC 9250 4.2, the
 				// STREAM FIN); DoH's unpacks the bytes into a dns.Msg again.
-				return false
+				return nil
 			}
-			return !decorated(v.ResponseWriter)
+			if decorated(v.ResponseWriter) {
+				return nil
+			}
+			return v
 		case interface{ Unwrap() dns.ResponseWriter }:
 			w = v.Unwrap()
 		default:
 			if w = passedOn(w); w == nil {
-				return false
+				return nil
 			}
 		}
 	}
-	return false
+	return nil
 }
 
 // maxWrappers bounds the walk down the writers a query's writer is wrapped in.
@@ -179,31 +204,14 @@ func passedOn(w dns.ResponseWriter) dns.ResponseWriter {
 // It is miekg/dns's response, unexported: its field writer is itself unless decorated. When that
 // cannot be read (another miekg/dns), w counts as decorated: answers get WriteMsg.
 func decorated(w dns.ResponseWriter) bool {
+	if l := udpanswer.LayoutFor(w); l.OK() {
+		inner := l.Decorated(w)
+		// A nil writer: miekg/dns's WriteMsg would panic too, not ours to change.
+		return inner != nil && inner != dns.Writer(w)
+	}
 	t := reflect.TypeOf(w)
-	if t == nil || t.Kind() != reflect.Pointer || t.Elem().Name() != "response" || t.Elem().PkgPath() != "github.com/miekg/dns" {
-		return false
-	}
-	responseOnce.Do(func() {
-		if f, ok := t.Elem().FieldByName("writer"); ok && len(f.Index) == 1 && f.Type == reflect.TypeFor[dns.Writer]() {
-			responseWriterField = f.Index[0]
-		}
-	})
-	if responseWriterField < 0 {
-		return true
-	}
-	v := reflect.ValueOf(w)
-	inner := v.Elem().Field(responseWriterField)
-	if inner.IsNil() {
-		return false // miekg/dns's WriteMsg would panic too: not ours to change
-	}
-	inner = inner.Elem()
-	return inner.Type() != t || inner.Pointer() != v.Pointer()
+	return t != nil && t.Kind() == reflect.Pointer && t.Elem().Name() == "response" && t.Elem().PkgPath() == "github.com/miekg/dns"
 }
-
-var (
-	responseOnce        sync.Once
-	responseWriterField = -1 // the index of miekg/dns's response.writer, once found
-)
 
 // fits reports whether CoreDNS sends a message of n octets to the client of r as it is:
 // request.Scrub truncates one larger than the client's buffer (Size) and compresses a UDP one

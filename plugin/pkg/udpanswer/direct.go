@@ -1,0 +1,51 @@
+package udpanswer
+
+import (
+	"net"
+	"net/netip"
+
+	"github.com/miekg/dns"
+)
+
+// Direct is miekg/dns's writer of one UDP query with a Write of its own: it sends the bytes
+// with the same system call, to the same client, from the same local address as miekg/dns's
+// Write, but with the reply's control message remembered (Reply) instead of parsed and made
+// for every answer. Everything else (WriteMsg, addresses, Close, TSIG) is miekg/dns's writer's.
+// A handler puts it beneath the wrappers of the plugins before it, where miekg/dns's writer
+// was, for the time of one Write, so they see the write as before.
+type Direct struct {
+	dns.ResponseWriter
+	conn *net.UDPConn
+	addr netip.AddrPort
+	oob  []byte
+}
+
+// Reset makes d the writer of w's answer and reports whether it can be: w is miekg/dns's writer
+// of a query received on a *net.UDPConn, and no decorator replaces its writer (shed, udpbatch:
+// what they send must go through them).
+func (d *Direct) Reset(w dns.ResponseWriter) bool {
+	l := LayoutFor(w)
+	if !l.OK() {
+		return false
+	}
+	conn := l.Conn(w)
+	addr, _ := w.RemoteAddr().(*net.UDPAddr)
+	if conn == nil || addr == nil || l.Decorated(w) != dns.Writer(w) {
+		return false
+	}
+	// Unmapped: a socket of either family takes an IPv4 address so (net's sockaddr conversion).
+	ap := addr.AddrPort()
+	d.ResponseWriter, d.conn, d.oob = w, conn, Reply(l.OOB(w))
+	d.addr = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	return true
+}
+
+// Clear forgets the query's writer, so nothing of it outlives the answer.
+func (d *Direct) Clear() { *d = Direct{} }
+
+// Write sends b to the client as miekg/dns's Write does (WriteToSessionUDP), with the address
+// as a netip.AddrPort, which net converts without allocating.
+func (d *Direct) Write(b []byte) (int, error) {
+	n, _, err := d.conn.WriteMsgUDPAddrPort(b, d.oob, d.addr)
+	return n, err
+}
