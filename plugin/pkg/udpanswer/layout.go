@@ -1,7 +1,8 @@
 // Package udpanswer reads what miekg/dns keeps unexported about the UDP query a handler answers
 // (its listener socket, the control message it was received with, the writer its server's
 // decorator gave it) and sends an answer as miekg/dns does, with the reply's control message
-// made once per local address instead of once per answer. udpbatch batches answers with it;
+// made once per received control message (local address and interface) instead of once per
+// answer. udpbatch batches answers with it;
 // routingpolicy sends its packed answers with it (Direct).
 package udpanswer
 
@@ -19,16 +20,18 @@ import (
 // context of the SessionUDP in field udpSession), and the writer of the response, which the
 // decorator returned (field writer). Those are read here, and nothing else: the client's address
 // comes from the exported RemoteAddr. The fields' names and types are checked once per writer
-// type; when they do not match (another miekg/dns version), Layout.OK is false and the callers
-// write as miekg/dns does.
+// type; when they do not match (another miekg/dns version, or a platform where miekg/dns keeps
+// no control message: SessionUDP has no context there), Layout.OK is false and the callers write
+// as miekg/dns does. The writer alone (Decorated) is read where it exists (DecoratedOK).
 
 // Layout is where the fields are in one writer type.
 type Layout struct {
-	typ     reflect.Type // the writer type (miekg/dns's *response) the offsets belong to
-	ok      bool         // the fields exist with the expected types
-	udp     uintptr      // offset of udp (net.PacketConn)
-	session uintptr      // offset of udpSession (*dns.SessionUDP)
-	writer  uintptr      // offset of writer (dns.Writer)
+	typ      reflect.Type // the writer type (miekg/dns's *response) the offsets belong to
+	ok       bool         // the fields exist with the expected types
+	okWriter bool         // the field writer exists with its type
+	udp      uintptr      // offset of udp (net.PacketConn)
+	session  uintptr      // offset of udpSession (*dns.SessionUDP)
+	writer   uintptr      // offset of writer (dns.Writer)
 }
 
 // known is the layout of miekg/dns's UDP writer, once checked and found to match; unknown is the
@@ -51,13 +54,13 @@ func fieldOffset(t reflect.Type, name string, want reflect.Type) (uintptr, bool)
 func layoutOf(t reflect.Type) *Layout {
 	l := &Layout{typ: t}
 	if t == nil || t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct ||
-		t.Elem().Name() != "response" || t.Elem().PkgPath() != "github.com/miekg/dns" || !sessionContextOK {
+		t.Elem().Name() != "response" || t.Elem().PkgPath() != "github.com/miekg/dns" {
 		return l
 	}
 	udp, ok1 := fieldOffset(t.Elem(), "udp", reflect.TypeFor[net.PacketConn]())
 	ses, ok2 := fieldOffset(t.Elem(), "udpSession", reflect.TypeFor[*dns.SessionUDP]())
 	wr, ok3 := fieldOffset(t.Elem(), "writer", reflect.TypeFor[dns.Writer]())
-	l.ok, l.udp, l.session, l.writer = ok1 && ok2 && ok3, udp, ses, wr
+	l.ok, l.okWriter, l.udp, l.session, l.writer = ok1 && ok2 && ok3 && sessionContextOK, ok3, udp, ses, wr
 	return l
 }
 
@@ -86,6 +89,10 @@ func Known() *Layout { return known.Load() }
 // OK reports whether the writer type has the fields read here, with their types.
 func (l *Layout) OK() bool { return l.ok }
 
+// DecoratedOK reports whether the writer type is miekg/dns's with the field Decorated reads (on
+// every platform, where OK may be false for want of the session's control message).
+func (l *Layout) DecoratedOK() bool { return l.okWriter }
+
 // Type is the writer type of the layout.
 func (l *Layout) Type() reflect.Type { return l.typ }
 
@@ -113,5 +120,5 @@ func (l *Layout) OOB(w dns.ResponseWriter) []byte {
 }
 
 // Decorated returns the writer the server's decorator gave miekg/dns's writer w (of layout l,
-// OK): w itself when there is no decorator.
+// DecoratedOK): w itself when there is no decorator.
 func (l *Layout) Decorated(w dns.ResponseWriter) dns.Writer { return *field[dns.Writer](w, l.writer) }

@@ -40,17 +40,20 @@ func ReplyOOB(oob []byte) (reply []byte) {
 	return (&ipv4.ControlMessage{Src: dst}).Marshal()
 }
 
-// replyCacheSize is the most received control messages (one per local address and interface a
-// wildcard listener is asked on) whose reply is remembered; beyond that, replies are made anew.
-const replyCacheSize = 64
+// replyCacheSize is the most received control messages whose reply is remembered. A received
+// message names the local address the query was sent to and the interface it came in on, so a
+// server has one per address and interface it is asked on: a few, or one per pod interface on a
+// node. When the cache is full it is emptied and fills again with the messages still in use.
+const replyCacheSize = 1024
 
 var replies = struct {
 	sync.RWMutex
 	m map[string][]byte
 }{m: make(map[string][]byte)}
 
-// Reply returns ReplyOOB(oob), remembered for the process: a server is asked on few local
-// addresses, so the reply of each is made once. The slice is shared: not to be changed.
+// Reply returns ReplyOOB(oob), remembered for the process, keyed by the received message's bytes:
+// an answer to a query received with a message seen before takes its reply without parsing or
+// allocating. The slice is shared: not to be changed.
 func Reply(oob []byte) []byte {
 	replies.RLock()
 	r, ok := replies.m[string(oob)]
@@ -60,9 +63,10 @@ func Reply(oob []byte) []byte {
 	}
 	r = ReplyOOB(oob)
 	replies.Lock()
-	if len(replies.m) < replyCacheSize {
-		replies.m[string(oob)] = r
+	if len(replies.m) >= replyCacheSize {
+		clear(replies.m)
 	}
+	replies.m[string(oob)] = r
 	replies.Unlock()
 	return r
 }
