@@ -33,9 +33,15 @@ type part struct {
 // answer section (a lookup appends to them through a pointer, which the compiler cannot keep on
 // the stack) and the buffer it is packed into. ServeDNS takes one from scratches and gives it
 // back when it has written the answer.
+//
+// It also holds what would otherwise be ServeDNS's largest local (used) and the UDP writer of a
+// packed answer: miekg/dns serves each query on a goroutine of its own, whose stack grows (and is
+// copied) when a call needs more than it has; the smaller ServeDNS's frame, the deeper the send
+// below it can go before that happens.
 type scratch struct {
 	an     []part
 	buf    []byte
+	used   [maxUsed]used    // the policies that answered (lookup)
 	direct udpanswer.Direct // the UDP writer of a packed answer (writePacked)
 }
 
@@ -53,6 +59,7 @@ const (
 func (sc *scratch) put(an []part, buf []byte) {
 	if cap(an) <= maxPooledParts && cap(buf) <= maxPooledBuf {
 		clear(an) // no references into data a reload may drop
+		clear(sc.used[:])
 		sc.an, sc.buf = an[:0], buf[:0]
 		scratches.Put(sc)
 	}

@@ -87,8 +87,8 @@ func (rp *RoutingPolicy) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *
 	rep := reply{an: sc.an}
 	buf := sc.buf
 	defer func() { sc.put(rep.an, buf) }()
-	var used [maxUsed]used
-	z.lookup(&rep, qname, qtype, &src, rp.rnd, &used)
+	used := &sc.used // pooled, not on this frame: the goroutine's stack stays small (see scratch)
+	z.lookup(&rep, qname, qtype, &src, rp.rnd, used)
 
 	if rep.rcode == dns.RcodeNameError && len(rep.an) == 0 && rp.cfg.Fall.Through(qname) {
 		return plugin.NextOrFailure(rp.Name(), rp.Next, ctx, w, r)

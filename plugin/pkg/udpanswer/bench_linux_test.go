@@ -2,7 +2,6 @@ package udpanswer
 
 import (
 	"net"
-	"net/netip"
 	"testing"
 	"unsafe"
 
@@ -47,8 +46,7 @@ func BenchmarkSend(b *testing.B) {
 		b.Fatal(err)
 	}
 	oob := *(*[]byte)(unsafe.Add(unsafe.Pointer(sess), sessionContext))
-	ap := sess.RemoteAddr().(*net.UDPAddr).AddrPort()
-	addr := netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	addr := sess.RemoteAddr().(*net.UDPAddr)
 	answer := make([]byte, 60)
 
 	b.Run("miekg", func(b *testing.B) {

@@ -35,7 +35,7 @@ func serve(t *testing.T, pc net.PacketConn, l net.Listener, decorate dns.Decorat
 				t.Error(err)
 			}
 			d.Clear()
-			if d.ResponseWriter != nil || d.conn != nil || d.addr.IsValid() || d.oob != nil {
+			if d.ResponseWriter != nil || d.conn != nil || d.addr != nil || d.oob != nil {
 				t.Errorf("Clear kept %+v", d)
 			}
 		})}
