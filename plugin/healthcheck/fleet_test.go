@@ -395,7 +395,8 @@ func winsIn(t *testing.T, x byte, members []string, me, region string) netip.Add
 }
 
 // F-3: when the fleet starts deciding (one interval after the join), its verdicts replace the
-// replica's own at once, not at each target's next round. a probes the target in us-east1 and
+// replica's own at once, not at each target's next round; what b read at its join counts as
+// received (F-3's results of the others, fleet_results_received_total). a probes the target in us-east1 and
 // publishes nothing new (steady); b joins (us-east1, not chosen for it), decides alone at its
 // first round (at once), and has the fleet's verdict about one interval (4 s) after its join;
 // its rounds would bring it only at 8 s (the one at 4 s is planned just before the switch).
@@ -414,6 +415,12 @@ func TestFleetDecidesAtWarmEndF3(t *testing.T) {
 		defer b.f.mu.RUnlock()
 		joined = b.f.since
 		return b.f.joined
+	})
+	// a's result, published before b joined and not changed since, is one b received: read at
+	// its join (the watch brings nothing new). Regression: counted from the watch only, b's
+	// fleet_results_received_total stayed 0 (TestFleetReplicasAgreeF3F4 failed on it).
+	waitFor30(t, "b counts a's result as received", func() bool {
+		return gaugeValue(t, "coredns_healthcheck_fleet_results_received_total", "b") > 0
 	})
 	waitFor30(t, "b's own verdict", func() bool { return b.status(0).State == health.Healthy })
 	waitFor30(t, "b has the fleet's verdict", func() bool { return strings.HasPrefix(b.status(0).Reason, "fleet: ") })

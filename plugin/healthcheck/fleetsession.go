@@ -319,11 +319,18 @@ func (f *fleet) list(ctx context.Context) (int64, error) {
 		return 0, f.fail(fmt.Errorf("listing %s: %w", f.cfg.Prefix, err))
 	}
 	m := newMirror()
+	others := 0 // results of other replicas: received, as those the watch brings later
 	for _, kv := range resp.Kvs {
-		if _, err := m.apply(f.cfg.Prefix, string(kv.GetKey()), kv.GetValue()); err != nil {
+		c, err := m.apply(f.cfg.Prefix, string(kv.GetKey()), kv.GetValue())
+		if err != nil {
 			log.Warningf("Fleet %s (replica %s): ignoring %v", f.cfg.Prefix, f.cfg.Replica, err)
+			continue
+		}
+		if !c.member && c.replica != f.cfg.Replica {
+			others++
 		}
 	}
+	f.cReceived.Add(float64(others))
 	rev := resp.Header.GetRevision()
 	f.mu.Lock()
 	changed := !sameMembers(f.mirror.members, m.members)

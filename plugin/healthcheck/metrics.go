@@ -73,12 +73,13 @@ var (
 		Help:      "Counter of probe results this fleet replica wrote to etcd (puts and deletes).",
 	}, []string{"replica"})
 
-	// fleetReceived counts the result changes of other replicas seen through the watch.
+	// fleetReceived counts the results of other replicas read from etcd: listed at a (re)join, and
+	// the changes the watch brings after.
 	fleetReceived = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: "healthcheck",
 		Name:      "fleet_results_received_total",
-		Help:      "Counter of probe results of other fleet replicas received through the etcd watch.",
+		Help:      "Counter of probe results of other fleet replicas read from etcd (listed at a join, then through the watch).",
 	}, []string{"replica"})
 
 	// fleetErrors counts failed etcd requests.
