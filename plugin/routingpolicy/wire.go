@@ -108,8 +108,9 @@ func writePacked(w dns.ResponseWriter, r *dns.Msg, rep *reply, ecs *dns.EDNS0_SU
 // write writes b to w, whose ScrubWriter is sw. When the writer beneath sw is miekg/dns's UDP
 // writer, d (udpanswer.Direct) takes its place for this Write: it sends b with the same system
 // call to the same client from the same address, with the reply's control message made once per
-// local address rather than parsed and made again for every answer (miekg/dns's correctSource:
-// about 0.5 µs and seven allocations). The wrappers above sw see the Write as before.
+// received control message (local address and interface) rather than parsed and made again for
+// every answer (miekg/dns's correctSource: about 0.5 µs and seven allocations). The wrappers above
+// sw see the Write as before.
 func write(w dns.ResponseWriter, sw *request.ScrubWriter, d *udpanswer.Direct, b []byte) {
 	rw := sw.ResponseWriter
 	if d == nil || !d.Reset(rw) {
