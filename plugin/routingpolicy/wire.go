@@ -205,10 +205,8 @@ func passedOn(w dns.ResponseWriter) dns.ResponseWriter {
 // It is miekg/dns's response, unexported: its field writer is itself unless decorated. When that
 // cannot be read (another miekg/dns), w counts as decorated: answers get WriteMsg.
 func decorated(w dns.ResponseWriter) bool {
-	if l := udpanswer.LayoutFor(w); l.DecoratedOK() {
-		inner := l.Decorated(w)
-		// A nil writer: miekg/dns's WriteMsg would panic too, not ours to change.
-		return inner != nil && inner != dns.Writer(w)
+	if d, known := udpanswer.IsDecorated(w); known {
+		return d
 	}
 	t := reflect.TypeOf(w)
 	return t != nil && t.Kind() == reflect.Pointer && t.Elem().Name() == "response" && t.Elem().PkgPath() == "github.com/miekg/dns"

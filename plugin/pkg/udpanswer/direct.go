@@ -29,7 +29,7 @@ func (d *Direct) Reset(w dns.ResponseWriter) bool {
 	}
 	conn := l.Conn(w)
 	addr, _ := w.RemoteAddr().(*net.UDPAddr)
-	if conn == nil || addr == nil || l.Decorated(w) != dns.Writer(w) {
+	if decorated, _ := IsDecorated(w); conn == nil || addr == nil || decorated {
 		return false
 	}
 	d.ResponseWriter, d.conn, d.addr, d.oob = w, conn, addr, Reply(l.OOB(w))

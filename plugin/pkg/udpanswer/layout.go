@@ -122,3 +122,16 @@ func (l *Layout) OOB(w dns.ResponseWriter) []byte {
 // Decorated returns the writer the server's decorator gave miekg/dns's writer w (of layout l,
 // DecoratedOK): w itself when there is no decorator.
 func (l *Layout) Decorated(w dns.ResponseWriter) dns.Writer { return *field[dns.Writer](w, l.writer) }
+
+// IsDecorated reports whether miekg/dns's writer w writes WriteMsg's bytes through a writer a
+// server's decorator gave it (shed's, udpbatch's), which its Write passes by; known is false when
+// w is not miekg/dns's writer or its field writer cannot be read (another miekg/dns). A nil
+// writer counts as not decorated: miekg/dns's WriteMsg would fail on it anyway.
+func IsDecorated(w dns.ResponseWriter) (decorated, known bool) {
+	l := LayoutFor(w)
+	if !l.DecoratedOK() {
+		return false, false
+	}
+	inner := l.Decorated(w)
+	return inner != nil && inner != dns.Writer(w), true
+}
