@@ -230,6 +230,9 @@ func (z *zone) finish(now time.Time) error {
 		if n.cut != nil {
 			ns := n.plain(dns.TypeNS)
 			n.cut.ns, n.cut.glue = pk(ns), pk(z.glue(ns, n.name))
+			if ds := n.plain(dns.TypeDS); ds != nil {
+				n.cut.nsDS = pk(slices.Concat(ns, ds))
+			}
 		}
 		if n.dname != nil {
 			n.dnameP = pk([]dns.RR{n.dname})

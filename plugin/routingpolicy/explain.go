@@ -66,6 +66,11 @@ func (rp *RoutingPolicy) Explain(q statusview.Question) *statusview.Explanation 
 		}
 		ans.Note = fmt.Sprintf("a referral: the name is under the zone cut %s, delegated to the name servers in the authority section; this server does not answer it (R-ZONE-2)", cut)
 	}
+	if res.out {
+		if c, ok := lastRecord(&res).(*dns.CNAME); ok {
+			ans.Note = fmt.Sprintf("the CNAME chain leaves the zone for %s: a query looks that name up through the server's plugins and adds what it finds, as file does (not shown here)", c.Target)
+		}
+	}
 	// L-1: only a draw that locates the client carries the ECS scope (ServeDNS sets it when the
 	// lookup located the client): scope is its value, each outcome says whether its draw does.
 	scope := -1

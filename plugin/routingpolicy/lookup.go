@@ -60,13 +60,13 @@ func (z *zone) lookup(rep *reply, qname string, qtype uint16, src *source, rnd f
 		return
 	}
 	name := qname
-	chain, restarts := 0, 0 // CNAMEs since file's last fresh lookup; fresh lookups
+	chain := 0 // CNAMEs since file's last fresh lookup; rep.restarts counts the fresh lookups
 	for step := 0; ; step++ {
 		n, how := z.locate(name, qtype)
 		if step > 0 && how != delegation {
 			if how != exact || !z.held(n) || qtype == dns.TypeNS || qtype == dns.TypeSOA && name == z.origin {
 				// file looks this name up afresh.
-				if restarts++; restarts > maxRestarts {
+				if rep.restarts++; rep.restarts > maxRestarts {
 					rep.rcode = dns.RcodeServerFailure
 					rep.ns = &z.ns
 					return
@@ -84,8 +84,12 @@ func (z *zone) lookup(rep *reply, qname string, qtype uint16, src *source, rnd f
 			rep.ns = &z.soa
 			return
 		case delegation:
-			// R-ZONE-2, RFC 1034 4.3.2 3b: a referral.
+			// R-ZONE-2, RFC 1034 4.3.2 3b: a referral. For a DO query it carries the cut's DS
+			// set too (RFC 4035 3.1.4), which ServeDNS chooses (nsDO).
 			rep.ns, rep.extra = &n.cut.ns, &n.cut.glue
+			if len(n.cut.nsDS.rrs) > len(n.cut.ns.rrs) {
+				rep.nsDO = &n.cut.nsDS
+			}
 			rep.referral = true
 			return
 		case substitute:
@@ -108,6 +112,7 @@ func (z *zone) lookup(rep *reply, qname string, qtype uint16, src *source, rnd f
 			}})
 			if qtype == dns.TypeCNAME || !inZone(target, z.origin) {
 				rep.ns = &z.ns
+				rep.out = qtype != dns.TypeCNAME // the target is looked up through the server (chase.go)
 				return
 			}
 			name = target
@@ -157,9 +162,11 @@ func (z *zone) lookup(rep *reply, qname string, qtype uint16, src *source, rnd f
 			rep.ns, rep.extra = &z.ns, extra
 			return
 		}
-		// Chase an in-zone CNAME; an out-of-zone target is left to the resolver.
+		// Chase an in-zone CNAME; an out-of-zone target is looked up through the server, as file
+		// does (ServeDNS, chase.go).
 		if target == "" || !inZone(target, z.origin) {
 			rep.ns = &z.ns
+			rep.out = target != ""
 			return
 		}
 		name = target

@@ -57,18 +57,28 @@ func paritySeed(t *testing.T, seed uint64) int {
 	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// example.net, served by file in both server blocks, is where the zone's CNAMEs and DNAMEs
+	// out of the zone lead: both plugins look those names up through the server (chase.go).
+	netPath := filepath.Join(dir, "db.example.net")
+	netText := g.netZone()
+	if err := os.WriteFile(netPath, []byte(netText), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	text += "; example.net, in both server blocks:\n" + netText
 	p1, p2 := coretest.FreePort(t), coretest.FreePort(t)
-	corefile := fmt.Sprintf(`example.org:%s {
+	corefile := fmt.Sprintf(`example.org:%s example.net:%s {
 	bind 127.0.0.1
-	file %s
+	file %s example.org
+	file %s example.net
 }
-example.org:%s {
+example.org:%s example.net:%s {
 	bind 127.0.0.1
-	routingpolicy {
+	routingpolicy example.org {
 		zonefile %s
 		reload 0
 	}
-}`, p1, path, p2, path)
+	file %s example.net
+}`, p1, p1, path, netPath, p2, p2, path, netPath)
 	s, err := coretest.New(corefile)
 	if err != nil {
 		t.Fatalf("seed %d: the server did not start: %v\nzone:\n%s", seed, err, text)
@@ -80,7 +90,7 @@ example.org:%s {
 	for _, q := range qs {
 		m := new(dns.Msg)
 		m.SetQuestion(q.name, q.qtype)
-		m.SetEdns0(4096, false)
+		m.SetEdns0(4096, q.do)
 		want, _, err := c.Exchange(m, fileAddr)
 		if err != nil {
 			t.Fatalf("seed %d: %s %s to file: %v", seed, q.name, dns.TypeToString[q.qtype], err)
@@ -90,8 +100,8 @@ example.org:%s {
 			t.Fatalf("seed %d: %s %s to routingpolicy: %v", seed, q.name, dns.TypeToString[q.qtype], err)
 		}
 		if diff := g.compare(q, want, got); diff != "" {
-			t.Fatalf("seed %d: question %s %s: %s\nfile:\n%v\nroutingpolicy:\n%v\nzone:\n%s",
-				seed, q.name, dns.TypeToString[q.qtype], diff, want, got, text)
+			t.Fatalf("seed %d: question %s %s (DO %v): %s\nfile:\n%v\nroutingpolicy:\n%v\nzone:\n%s",
+				seed, q.name, dns.TypeToString[q.qtype], q.do, diff, want, got, text)
 		}
 	}
 	return len(qs)
@@ -100,6 +110,7 @@ example.org:%s {
 type question struct {
 	name  string
 	qtype uint16
+	do    bool // asked with the DO bit (RFC 3225): referrals carry the cut's DS
 }
 
 // zoneGen writes a random zone: plain data, zone cuts with glue and occluded data, wildcards at
@@ -287,6 +298,10 @@ func (g *zoneGen) generate() {
 			g.cnames = append(g.cnames, g.fq(fmt.Sprintf("long%d", i)))
 		}
 	}
+	// The other half of the loop through example.net (netZone).
+	if g.r.IntN(2) == 0 {
+		g.add(fmt.Sprintf("loop.%s 300 IN CNAME %s", parityOrigin, g.mixCase("loop.example.net.")))
+	}
 	// CNAMEs: to names that end a chain, or to an earlier CNAME.
 	for i := range 1 + g.r.IntN(4) {
 		owner := g.fq(fmt.Sprintf("alias%d", i))
@@ -347,9 +362,34 @@ func (g *zoneGen) chainEnd() string {
 			return "www." + g.pick(g.dnames)
 		}
 	case 3:
-		return "target.example.net."
+		// Out of the zone, into example.net (netZone): data, a name that does not exist, a
+		// CNAME back into this zone, a CNAME loop through both zones.
+		return g.pick([]string{"target.example.net.", "www.example.net.", "nx.example.net.", "back.example.net.", "loop.example.net."})
 	}
 	return g.pick(g.terminals)
+}
+
+// netZone is example.net, where the zone's names out of the zone lead: addresses and text, a
+// name that does not exist, back.example.net, a CNAME back to a name of this zone, and
+// loop.example.net, a CNAME to loop.example.org, which leads back to it (a loop through the
+// server that file and routingpolicy both end at the 9th pass, SERVFAIL).
+func (g *zoneGen) netZone() string {
+	back := g.pick(g.terminals)
+	if len(g.cnames) > 0 && g.r.IntN(2) == 0 {
+		back = g.pick(g.cnames)
+	}
+	return `example.net. 3600 IN SOA ns.example.net. hostmaster.example.net. 1 7200 1800 1209600 300
+example.net. 3600 IN NS ns.example.net.
+ns.example.net. 3600 IN A 192.0.2.200
+ns2.example.net. 3600 IN A 192.0.2.201
+target.example.net. 300 IN A 198.51.100.10
+target.example.net. 300 IN TXT "target"
+mail.example.net. 300 IN A 198.51.100.11
+sip.example.net. 300 IN AAAA 2001:db8::11
+www.example.net. 300 IN A 198.51.100.12
+back.example.net. 300 IN CNAME ` + g.mixCase(back) + `
+loop.example.net. 300 IN CNAME loop.example.org.
+`
 }
 
 func (g *zoneGen) mixCase(s string) string {
@@ -520,7 +560,24 @@ func (g *zoneGen) questions() []question {
 		base := g.pick(owners)
 		ask(fmt.Sprintf("r%d.%s", g.r.IntN(10000), base), g.pick16(parityTypes))
 	}
+	// A third of the questions with the DO bit, and every question about a cut once more with it.
+	n := len(qs)
+	for i := range n {
+		if qs[i].do = g.r.IntN(3) == 0; !qs[i].do && g.underCut(qs[i].name) {
+			qs = append(qs, question{name: qs[i].name, qtype: qs[i].qtype, do: true})
+		}
+	}
 	return qs
+}
+
+// underCut reports whether name is at or below one of the zone cuts.
+func (g *zoneGen) underCut(name string) bool {
+	for _, c := range g.cuts {
+		if dns.IsSubDomain(c, strings.ToLower(name)) {
+			return true
+		}
+	}
+	return false
 }
 
 func (g *zoneGen) pick16(s []uint16) uint16 { return s[g.r.IntN(len(s))] }
@@ -600,7 +657,8 @@ func (g *zoneGen) isReferralFor(m *dns.Msg, name string) bool {
 	}
 	cut := strings.ToLower(m.Ns[0].Header().Name)
 	for _, rr := range m.Ns {
-		if rr.Header().Rrtype != dns.TypeNS || !strings.EqualFold(rr.Header().Name, cut) {
+		// The NS set, then for a DO query the cut's DS set (RFC 4035 3.1.4).
+		if t := rr.Header().Rrtype; t != dns.TypeNS && t != dns.TypeDS || !strings.EqualFold(rr.Header().Name, cut) {
 			return false
 		}
 	}

@@ -16,6 +16,15 @@ type reply struct {
 	an       []part
 	ns       *packed
 	extra    *packed
+	// nsDO is the authority section of a referral for a query with the DO bit: the cut's NS and
+	// DS sets (RFC 4035 3.1.4), when the cut has a DS set.
+	nsDO *packed
+	// out is set when the answer ends with a CNAME (or a DNAME's synthesized CNAME) to a name
+	// outside the zone: ServeDNS looks that name up through the server, as file does (chase.go).
+	out bool
+	// restarts counts the fresh lookups of the answer's CNAME chain, file's count through the
+	// server (dnsserver.LoopKey), from the count the query came with.
+	restarts int
 }
 
 // part is a run of the answer section: records of the zone, or one record made for this query.

@@ -82,13 +82,25 @@ func (rp *RoutingPolicy) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *
 		return dns.RcodeRefused, nil
 	}
 
+	loop := loopCount(ctx)
+	if loop > maxRestarts {
+		// As file: the 9th time a CNAME chain comes back through the server, it is a loop.
+		return dns.RcodeServerFailure, nil
+	}
+
 	src := source{loc: rp.cfg.Locator, w: w, r: r, public: rp.cfg.Public, id: region.None}
 	sc := scratches.Get().(*scratch)
-	rep := reply{an: sc.an}
+	rep := reply{an: sc.an, restarts: loop}
 	buf := sc.buf
 	defer func() { sc.put(rep.an, buf) }()
 	used := &sc.used // pooled, not on this frame: the goroutine's stack stays small (see scratch)
 	z.lookup(&rep, qname, qtype, &src, rp.rnd, used)
+	if rep.out {
+		chase(ctx, &state, &rep, z)
+	}
+	if rep.nsDO != nil && state.Do() {
+		rep.ns = rep.nsDO
+	}
 
 	if rep.rcode == dns.RcodeNameError && len(rep.an) == 0 && rp.cfg.Fall.Through(qname) {
 		return plugin.NextOrFailure(rp.Name(), rp.Next, ctx, w, r)

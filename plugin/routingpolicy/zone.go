@@ -41,6 +41,10 @@ type node struct {
 type referral struct {
 	ns   packed
 	glue packed
+	// nsDS is the authority of a referral for a query with the DO bit: the NS set, then the DS
+	// set of the cut when it has one, as file writes it (RFC 4035 3.1.4: a signed parent's
+	// referral carries the DS, which the dnssec plugin signs). Empty without a DS set.
+	nsDS packed
 }
 
 // rrset is one type at a name: plain records or a policy.

@@ -1,0 +1,78 @@
+package routingpolicy
+
+import (
+	"context"
+
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/plugin/pkg/upstream"
+	"github.com/coredns/coredns/request"
+
+	"github.com/miekg/dns"
+)
+
+// loopCount is how many times the query has come back through the server for a CNAME chain
+// (dnsserver.LoopKey): file's count, which a lookup through the server (chase) raises by one.
+func loopCount(ctx context.Context) int {
+	n, _ := ctx.Value(dnsserver.LoopKey{}).(int)
+	return n
+}
+
+// chase completes rep, whose answer ends with a CNAME to a name outside the zone (rep.out), as
+// file does (R-ZONE-1; plugin/file lookup.go externalLookup and doLookup): it looks the target
+// up through the server, the whole chain of the server block again (another zone of this block,
+// a file zone, forward, outbound ...), and appends that answer. The rcode is the lookup's
+// (RFC 6604 3): NXDOMAIN with the SOA in authority, SERVFAIL, and NODATA (NOERROR, no answer) with
+// the SOA; anything else, the REFUSED of a name no zone of the server holds included, keeps
+// NOERROR and the CNAME is the answer, for the resolver to follow. Outside a server (the handler
+// called directly, as tests do) the CNAME is the answer.
+func chase(ctx context.Context, state *request.Request, rep *reply, z *zone) {
+	var target string
+	if last := lastRecord(rep); last != nil {
+		if c, ok := last.(*dns.CNAME); ok {
+			target = c.Target // as written, as file asks for it
+		}
+	}
+	if target == "" {
+		return
+	}
+	ctx = context.WithValue(ctx, dnsserver.LoopKey{}, rep.restarts+1)
+	m, err := upstream.New().Lookup(ctx, *state, target, state.QType())
+	switch {
+	case err != nil:
+		return // no server: the CNAME is the answer
+	case m == nil:
+		return
+	}
+	for _, rr := range m.Answer {
+		rep.an = append(rep.an, part{rr: rr})
+	}
+	// As file: the in-zone addresses of MX, SRV, SVCB and HTTPS targets among what was found.
+	if extra := z.additional(m.Answer); len(extra) > 0 {
+		if p, err := pack(extra); err == nil {
+			rep.extra = &p
+		}
+	}
+	switch {
+	case m.Rcode == dns.RcodeNameError:
+		rep.rcode, rep.ns = dns.RcodeNameError, &z.soa
+	case m.Rcode == dns.RcodeServerFailure:
+		rep.rcode = dns.RcodeServerFailure
+	case m.Rcode == dns.RcodeSuccess && len(m.Answer) == 0:
+		rep.ns = &z.soa // NODATA
+	}
+}
+
+// lastRecord returns the last record of rep's answer section, or nil.
+func lastRecord(rep *reply) dns.RR {
+	if len(rep.an) == 0 {
+		return nil
+	}
+	pt := &rep.an[len(rep.an)-1]
+	if pt.rr != nil {
+		return pt.rr
+	}
+	if rrs := pt.p.rrs; len(rrs) > 0 {
+		return rrs[len(rrs)-1]
+	}
+	return nil
+}

@@ -1,0 +1,107 @@
+package routingpolicy_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/coresteer/coresteer/plugin/pkg/coretest"
+
+	"github.com/miekg/dns"
+)
+
+// TestChaseOutOfZoneRZone1: R-ZONE-1: a CNAME chain that leaves the zone is completed as file
+// completes it, through the server: into another zone of the same block, into a file zone, with
+// the rcode of the name it leads to (NXDOMAIN, NODATA with the SOA), with a policy's CNAME item
+// too; a loop through two zones of the block ends at the 9th pass in SERVFAIL, as file's does;
+// a name no zone of the server holds leaves the CNAME as the answer (NOERROR).
+func TestChaseOutOfZoneRZone1(t *testing.T) {
+	dir := t.TempDir()
+	net := filepath.Join(dir, "db.example.net")
+	if err := os.WriteFile(net, []byte(`example.net. 3600 IN SOA ns.example.net. h.example.net. 1 7200 1800 1209600 300
+example.net. 3600 IN NS ns.example.net.
+www.example.net. 300 IN A 198.51.100.12
+mx.example.net. 300 IN MX 10 mail.example.org.
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	port := coretest.FreePort(t)
+	s, err := coretest.New(fmt.Sprintf(`example.org:%[1]s example.com:%[1]s example.net:%[1]s {
+	bind 127.0.0.1
+	routingpolicy example.org example.com {
+		record www CNAME 300 www.example.com.
+		record www.example.com. A 300 192.0.2.1
+		record tonet CNAME 300 www.example.net.
+		record tonx CNAME 300 nx.example.net.
+		record tonodata CNAME 300 www.example.net.
+		record tomx CNAME 300 mx.example.net.
+		record mail A 300 192.0.2.25
+		record away CNAME 300 www.example.invalid.
+		record loop CNAME 300 loop.example.com.
+		record loop.example.com. CNAME 300 loop.example.org.
+		wrr pol CNAME 300 "1=www.example.net."
+	}
+	file %[2]s example.net
+}`, port, net))
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	t.Cleanup(s.Stop)
+	addr := "127.0.0.1:" + port
+	ask := func(name string, qtype uint16) *dns.Msg {
+		t.Helper()
+		m := new(dns.Msg)
+		m.SetQuestion(name, qtype)
+		r, err := dns.Exchange(m, addr)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return r
+	}
+	for _, tc := range []struct {
+		name   string
+		qtype  uint16
+		rcode  int
+		answer []string // the records' types and data, in order
+		soa    bool     // the SOA in authority
+		extra  int
+	}{
+		{"www.example.org.", dns.TypeA, dns.RcodeSuccess, []string{"CNAME www.example.com.", "A 192.0.2.1"}, false, 0},
+		{"tonet.example.org.", dns.TypeA, dns.RcodeSuccess, []string{"CNAME www.example.net.", "A 198.51.100.12"}, false, 0},
+		{"pol.example.org.", dns.TypeA, dns.RcodeSuccess, []string{"CNAME www.example.net.", "A 198.51.100.12"}, false, 0},
+		{"tonx.example.org.", dns.TypeA, dns.RcodeNameError, []string{"CNAME nx.example.net."}, true, 0},
+		{"tonodata.example.org.", dns.TypeTXT, dns.RcodeSuccess, []string{"CNAME www.example.net."}, true, 0},
+		// The MX found in example.net has a target in this zone: its address in additional.
+		{"tomx.example.org.", dns.TypeMX, dns.RcodeSuccess, []string{"CNAME mx.example.net.", "MX 10 mail.example.org."}, false, 1},
+		{"away.example.org.", dns.TypeA, dns.RcodeSuccess, []string{"CNAME www.example.invalid."}, false, 0},
+	} {
+		r := ask(tc.name, tc.qtype)
+		var got []string
+		for _, rr := range r.Answer {
+			got = append(got, dns.TypeToString[rr.Header().Rrtype]+" "+rdata(rr))
+		}
+		if r.Rcode != tc.rcode || fmt.Sprint(got) != fmt.Sprint(tc.answer) || !r.Authoritative {
+			t.Errorf("%s %s: %s aa=%v %v, want %s aa=true %v", tc.name, dns.TypeToString[tc.qtype],
+				dns.RcodeToString[r.Rcode], r.Authoritative, got, dns.RcodeToString[tc.rcode], tc.answer)
+		}
+		if soa := len(r.Ns) == 1 && r.Ns[0].Header().Rrtype == dns.TypeSOA; soa != tc.soa {
+			t.Errorf("%s: authority %v, want the SOA: %v", tc.name, r.Ns, tc.soa)
+		}
+		if len(r.Extra) != tc.extra {
+			t.Errorf("%s: additional %v, want %d records", tc.name, r.Extra, tc.extra)
+		}
+	}
+	// The loop: loop.example.org → loop.example.com → loop.example.org ..., each step a pass
+	// through the server (the other zone); the 9th pass is SERVFAIL, and the CNAMEs so far.
+	r := ask("loop.example.org.", dns.TypeA)
+	if r.Rcode != dns.RcodeServerFailure || len(r.Answer) != 9 {
+		t.Errorf("loop: %s with %d CNAMEs, want SERVFAIL with 9:\n%v", dns.RcodeToString[r.Rcode], len(r.Answer), r)
+	}
+}
+
+// rdata is rr's data as its presentation form writes it.
+func rdata(rr dns.RR) string {
+	h := rr.Header().String()
+	return rr.String()[len(h):]
+}
