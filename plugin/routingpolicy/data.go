@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -545,5 +546,27 @@ func packable(rr dns.RR) error {
 			return fmt.Errorf("no rdata (a %s record needs some)", dns.TypeToString[rr.Header().Rrtype])
 		}
 	}
+	// A record whose data is cut short (a last line `www SRV` parses as SRV 0 0 0 with an empty
+	// target, RFC 2136's form for a deletion) would be written with the root as that name.
+	if f := emptyName(rr); f != "" {
+		return fmt.Errorf("incomplete rdata: the %s field is empty", f)
+	}
 	return nil
+}
+
+// emptyName returns the name of the first domain-name field of rr's data that is empty (not even
+// the root, "."), or "". miekg/dns tags those fields `dns:"domain-name"` or `dns:"cdomain-name"`.
+func emptyName(rr dns.RR) string {
+	v := reflect.ValueOf(rr)
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		return ""
+	}
+	v = v.Elem()
+	for i := range v.NumField() {
+		f := v.Type().Field(i)
+		if tag := f.Tag.Get("dns"); strings.HasSuffix(tag, "domain-name") && f.Type.Kind() == reflect.String && v.Field(i).String() == "" {
+			return strings.ToLower(f.Name)
+		}
+	}
+	return ""
 }

@@ -616,8 +616,9 @@ func TestZoneRootWildcard(t *testing.T) {
 }
 
 // TestZoneRecordWithoutRdata: R-ZONE-3: the zone parser accepts a record with no rdata (`a
-// CNAME`, as dynamic updates write them); loaded, it answered an empty CNAME no resolver can use
-// (seen while fuzzing). It is refused at load, from a zone file and inline.
+// CNAME`, as dynamic updates write them) or with rdata cut short; loaded, it answered an empty
+// CNAME no resolver can use (seen while fuzzing). It is refused at load, from a zone file and
+// inline.
 func TestZoneRecordWithoutRdata(t *testing.T) {
 	zf := filepath.Join(t.TempDir(), "db")
 	if err := os.WriteFile(zf, []byte("$ORIGIN example.org.\n$TTL 60\na CNAME\n"), 0o600); err != nil {
@@ -631,6 +632,15 @@ func TestZoneRecordWithoutRdata(t *testing.T) {
 	}
 	if err := loadErr("routingpolicy example.org {\n wrr a CNAME 60 \"1=b;1= \"\n}"); err == nil {
 		t.Error("a policy item CNAME without a target loaded")
+	}
+	// Rdata cut short, not empty: a last line `0 srv` is SRV 0 0 0 with an empty target, which a
+	// message would carry as the root (FuzzZoneFileRoundTrip's crasher srv-empty-target-last-line:
+	// it loaded, and printed back it did not parse).
+	if err := os.WriteFile(zf, []byte("$ORIGIN example.org.\n$TTL 0\n0 srv"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := loadErr("routingpolicy example.org {\n zonefile " + zf + "\n}"); err == nil || !strings.Contains(err.Error(), "incomplete rdata: the target field is empty") {
+		t.Errorf("an SRV without a target on the last line of a zone file: %v", err)
 	}
 }
 
