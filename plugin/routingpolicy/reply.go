@@ -43,13 +43,14 @@ type part struct {
 // the stack) and the buffer it is packed into. ServeDNS takes one from scratches and gives it
 // back when it has written the answer.
 //
-// It also holds what would otherwise be ServeDNS's largest local (used) and the UDP writer of a
+// It also holds what would otherwise be ServeDNS's largest locals (rep, used) and the UDP writer of a
 // packed answer: miekg/dns serves each query on a goroutine of its own, whose stack grows (and is
 // copied) when a call needs more than it has; the smaller ServeDNS's frame, the deeper the send
 // below it can go before that happens.
 type scratch struct {
 	an     []part
 	buf    []byte
+	rep    reply            // the answer (lookup), its parts in an
 	used   [maxUsed]used    // the policies that answered (lookup)
 	direct udpanswer.Direct // the UDP writer of a packed answer (writePacked)
 }
@@ -69,6 +70,7 @@ func (sc *scratch) put(an []part, buf []byte) {
 	if cap(an) <= maxPooledParts && cap(buf) <= maxPooledBuf {
 		clear(an) // no references into data a reload may drop
 		clear(sc.used[:])
+		sc.rep = reply{}
 		sc.an, sc.buf = an[:0], buf[:0]
 		scratches.Put(sc)
 	}

@@ -90,13 +90,16 @@ func (rp *RoutingPolicy) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *
 
 	src := source{loc: rp.cfg.Locator, w: w, r: r, public: rp.cfg.Public, id: region.None}
 	sc := scratches.Get().(*scratch)
-	rep := reply{an: sc.an, restarts: loop}
+	// The reply and the used policies are pooled, not on this frame: the goroutine's stack stays
+	// small (see scratch).
+	rep := &sc.rep
+	rep.an, rep.restarts = sc.an, loop
 	buf := sc.buf
 	defer func() { sc.put(rep.an, buf) }()
-	used := &sc.used // pooled, not on this frame: the goroutine's stack stays small (see scratch)
-	z.lookup(&rep, qname, qtype, &src, rp.rnd, used)
+	used := &sc.used
+	z.lookup(rep, qname, qtype, &src, rp.rnd, used)
 	if rep.out {
-		chase(ctx, &state, &rep, z)
+		chase(ctx, &state, rep, z)
 	}
 	if rep.nsDO != nil && state.Do() {
 		rep.ns = rep.nsDO
@@ -117,7 +120,7 @@ func (rp *RoutingPolicy) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *
 	}
 	if rp.packed {
 		var ok bool
-		if buf, ok = writePacked(w, r, &rep, ecs, buf, &sc.direct); ok {
+		if buf, ok = writePacked(w, r, rep, ecs, buf, &sc.direct); ok {
 			return dns.RcodeSuccess, nil
 		}
 	}
