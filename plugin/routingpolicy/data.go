@@ -77,7 +77,10 @@ func build(origins []string, loc *region.Locator, records []dns.RR, sets []*setS
 	for _, rr := range records {
 		h := rr.Header()
 		h.Name = canonicalName(h.Name)
-		h.Class = dns.ClassINET
+		if h.Class != dns.ClassINET {
+			// RFC 1035 5.2: the records of a zone have one class; the zones are served in IN.
+			return nil, fmt.Errorf("record %q: class %s: only class IN is served", rr.String(), dns.Class(h.Class))
+		}
 		z := d.match(h.Name)
 		if z == nil {
 			return nil, fmt.Errorf("record %q: name %s is outside the zones %v", rr.String(), h.Name, origins)

@@ -650,6 +650,7 @@ func TestZoneRefusedWhereFileLoads(t *testing.T) {
 		{"www.example.net. A 192.0.2.1\n", "outside the zones"},
 		{"@ SOA ns2 h 2 2 3 4 5\n", "second SOA"},
 		{"a CNAME\n", "no rdata"},
+		{"chx CH TXT \"chaos\"\n", "only class IN is served"},
 		{"$INCLUDE " + inc + "\n", "$INCLUDE"},
 	} {
 		if _, err := file.Parse(strings.NewReader(head+tc.data), "example.org.", filepath.Join(dir, "db"), 0); err != nil {
@@ -662,5 +663,34 @@ func TestZoneRefusedWhereFileLoads(t *testing.T) {
 		if err := loadErr("routingpolicy example.org {\n zonefile " + zf + "\n}"); err == nil || !strings.Contains(err.Error(), tc.err) {
 			t.Errorf("%q: error %v, want %q", tc.data, err, tc.err)
 		}
+	}
+}
+
+// TestZoneClassINOnlyRZone3: R-ZONE-3, regression: a record of a class other than IN in a zone
+// file (`chx CH TXT "chaos"`) was rewritten to IN and answered so. It is refused at load, naming
+// the record, whatever the source; the inline and record-set parsers give IN only.
+func TestZoneClassINOnlyRZone3(t *testing.T) {
+	zf := filepath.Join(t.TempDir(), "db")
+	if err := os.WriteFile(zf, []byte("$ORIGIN example.org.\n$TTL 60\n@ SOA ns1 h 1 2 3 4 5\n@ NS ns1\nchx CH TXT \"chaos\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := loadErr("routingpolicy example.org {\n zonefile " + zf + "\n}")
+	if err == nil || !strings.Contains(err.Error(), `record "chx.example.org.\t60\tCH\tTXT\t\"chaos\""`) || !strings.Contains(err.Error(), "only class IN is served") {
+		t.Fatalf("a CH record in a zone file: %v, want an error naming it", err)
+	}
+	for _, class := range []uint16{dns.ClassCHAOS, dns.ClassHESIOD, dns.ClassANY, 0} {
+		rr := &dns.A{Hdr: dns.RR_Header{Name: "a.example.org.", Rrtype: dns.TypeA, Class: class, Ttl: 60}, A: net.IPv4(192, 0, 2, 1)}
+		if _, err := build([]string{"example.org."}, mustLocator(t), []dns.RR{rr}, nil, fixedNow); err == nil || !strings.Contains(err.Error(), "only class IN is served") {
+			t.Errorf("class %s given to build: %v, want an error", dns.Class(class), err)
+		}
+	}
+	// What the other sources give is IN.
+	inline, err := parseRecord([]string{"chx", "TXT", "60", "chaos"}, "example.org.")
+	if err != nil || inline.Header().Class != dns.ClassINET {
+		t.Errorf("inline record: %v, %v", inline, err)
+	}
+	rrs, _, _, err := parseRecordSets([]byte(`[{"name": "chx.example.org.", "type": "TXT", "rrdatas": ["\"chaos\""]}]`), "rs.json")
+	if err != nil || len(rrs) != 1 || rrs[0].Header().Class != dns.ClassINET {
+		t.Errorf("record-set file: %v, %v", rrs, err)
 	}
 }
