@@ -58,7 +58,7 @@ var policyTypes = map[uint16]bool{
 
 // build turns records and record sets into zones. It is the single place where configuration
 // errors about data are found, for inline data and files alike (R-ZONE-3).
-func build(origins []string, loc *region.Locator, records []dns.RR, sets []*setSpec, now time.Time) (*data, error) {
+func build(origins []string, loc *region.Locator, srcs []recordSource, sets []*setSpec, now time.Time) (*data, error) {
 	d := &data{}
 	for _, o := range origins {
 		z := &zone{origin: o, names: make(map[string]*node)}
@@ -74,7 +74,7 @@ func build(origins []string, loc *region.Locator, records []dns.RR, sets []*setS
 	}
 
 	// Plain records, grouped by name and type.
-	for _, rr := range records {
+	for src, rr := range allRecords(srcs) {
 		h := rr.Header()
 		h.Name = canonicalName(h.Name)
 		if h.Class != dns.ClassINET {
@@ -95,10 +95,10 @@ func build(origins []string, loc *region.Locator, records []dns.RR, sets []*setS
 			n.add(rrset{qtype: h.Rrtype})
 			s = &n.sets[len(n.sets)-1]
 		}
-		for _, o := range s.rrs {
-			if dns.IsDuplicate(o, rr) {
-				return nil, fmt.Errorf("record %q given twice", rr.String())
-			}
+		if slices.ContainsFunc(s.rrs, func(o dns.RR) bool { return dns.IsDuplicate(o, rr) }) {
+			// RFC 2181 5: a duplicate record is suppressed (file serves every copy).
+			log.Warningf("Record %q from %s is given twice: dropped (RFC 2181 5)", rr.String(), src.name)
+			continue
 		}
 		switch h.Rrtype {
 		case dns.TypeRRSIG, dns.TypeNSEC, dns.TypeNSEC3, dns.TypeNSEC3PARAM:

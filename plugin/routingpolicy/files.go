@@ -3,6 +3,7 @@ package routingpolicy
 import (
 	"bytes"
 	"fmt"
+	"iter"
 	"os"
 	"slices"
 	"time"
@@ -10,9 +11,34 @@ import (
 	"github.com/miekg/dns"
 )
 
+// recordSource is the plain records of one source: the Corefile or a file.
+type recordSource struct {
+	name string // for messages: "the Corefile" or the file's name
+	rrs  []dns.RR
+}
+
+// allRecords yields the records of srcs, in order, with their source.
+func allRecords(srcs []recordSource) iter.Seq2[*recordSource, dns.RR] {
+	return func(yield func(*recordSource, dns.RR) bool) {
+		for i := range srcs {
+			for _, rr := range srcs[i].rrs {
+				if !yield(&srcs[i], rr) {
+					return
+				}
+			}
+		}
+	}
+}
+
 // load reads the files of cfg and builds its data with the inline records and record sets.
 func (cfg *Config) load(now time.Time) (*data, error) {
-	records := append([]dns.RR(nil), cfg.Records...)
+	// Copy the inline records: build normalizes their headers, and a reload must not touch the
+	// records the running data serves. A file's records are read afresh at every load.
+	inline := make([]dns.RR, len(cfg.Records))
+	for i, rr := range cfg.Records {
+		inline[i] = dns.Copy(rr)
+	}
+	srcs := []recordSource{{name: "the Corefile", rrs: inline}}
 	sets := append([]*setSpec(nil), cfg.Sets...)
 	if cfg.ZoneFile != "" {
 		b, err := os.ReadFile(cfg.ZoneFile)
@@ -23,7 +49,7 @@ func (cfg *Config) load(now time.Time) (*data, error) {
 		if err != nil {
 			return nil, err
 		}
-		records = append(records, rrs...)
+		srcs = append(srcs, recordSource{name: cfg.ZoneFile, rrs: rrs})
 	}
 	if cfg.RecordSets != "" {
 		b, err := os.ReadFile(cfg.RecordSets)
@@ -37,15 +63,10 @@ func (cfg *Config) load(now time.Time) (*data, error) {
 		for _, w := range warns {
 			log.Warningf("Recordsets %s: %s", cfg.RecordSets, w)
 		}
-		records = append(records, rrs...)
+		srcs = append(srcs, recordSource{name: cfg.RecordSets, rrs: rrs})
 		sets = append(sets, ss...)
 	}
-	// Copy the records: build normalizes their headers, and a reload must not touch the records
-	// the running data serves.
-	for i, rr := range records {
-		records[i] = dns.Copy(rr)
-	}
-	return build(cfg.Zones, cfg.Locator, records, sets, now)
+	return build(cfg.Zones, cfg.Locator, srcs, sets, now)
 }
 
 // parseZoneFile reads an RFC 1035 master file. Relative names are relative to origin.

@@ -227,6 +227,8 @@ long 60 IN DNAME ` + l63 + "." + l63 + "." + l63 + `.example.net.
 dn 60 IN DNAME t
 www.dn 60 IN A 192.0.2.9
 alias 60 IN CNAME www.dn
+dup 60 IN A 192.0.2.13
+dup 120 IN A 192.0.2.13
 ` + "\xc3\x9cber 60 IN A 192.0.2.11\nx\xff 60 IN A 192.0.2.12\n"
 	ask := servePair(t, "example.org.", zone)
 	for _, tc := range []struct {
@@ -246,6 +248,9 @@ alias 60 IN CNAME www.dn
 			func(m *dns.Msg) bool {
 				return m != nil && len(m.Answer) == 3 && m.Answer[1].Header().Rrtype == dns.TypeDNAME && m.Rcode == dns.RcodeNameError
 			}},
+		{"a record given twice", "dup.example.org.",
+			func(m *dns.Msg) bool { return m != nil && len(m.Answer) == 2 },
+			func(m *dns.Msg) bool { return m != nil && len(m.Answer) == 1 && m.Answer[0].Header().Ttl == 60 }},
 		{"raw octets outside ASCII: upper-case UTF-8", `\195\156ber.example.org.`,
 			func(m *dns.Msg) bool { return m != nil && m.Rcode == dns.RcodeNameError },
 			func(m *dns.Msg) bool { return m != nil && len(m.Answer) == 1 }},

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -680,7 +681,7 @@ func TestZoneClassINOnlyRZone3(t *testing.T) {
 	}
 	for _, class := range []uint16{dns.ClassCHAOS, dns.ClassHESIOD, dns.ClassANY, 0} {
 		rr := &dns.A{Hdr: dns.RR_Header{Name: "a.example.org.", Rrtype: dns.TypeA, Class: class, Ttl: 60}, A: net.IPv4(192, 0, 2, 1)}
-		if _, err := build([]string{"example.org."}, mustLocator(t), []dns.RR{rr}, nil, fixedNow); err == nil || !strings.Contains(err.Error(), "only class IN is served") {
+		if _, err := build([]string{"example.org."}, mustLocator(t), testSource([]dns.RR{rr}), nil, fixedNow); err == nil || !strings.Contains(err.Error(), "only class IN is served") {
 			t.Errorf("class %s given to build: %v, want an error", dns.Class(class), err)
 		}
 	}
@@ -692,5 +693,43 @@ func TestZoneClassINOnlyRZone3(t *testing.T) {
 	rrs, _, _, err := parseRecordSets([]byte(`[{"name": "chx.example.org.", "type": "TXT", "rrdatas": ["\"chaos\""]}]`), "rs.json")
 	if err != nil || len(rrs) != 1 || rrs[0].Header().Class != dns.ClassINET {
 		t.Errorf("record-set file: %v, %v", rrs, err)
+	}
+}
+
+// TestZoneDuplicatesDroppedRZone3: R-ZONE-3 and RFC 2181 5, regression: a record given twice
+// (same owner, class, type and rdata; case and TTL aside, as dns.IsDuplicate compares them)
+// made the zone refuse to load, where file loads it. The later copy is dropped with a warning
+// that names it and where it came from, and the answer has the record once.
+func TestZoneDuplicatesDroppedRZone3(t *testing.T) {
+	zf := filepath.Join(t.TempDir(), "db.example.org")
+	if err := os.WriteFile(zf, []byte("$ORIGIN example.org.\n$TTL 60\n@ SOA ns1 h 1 2 3 4 5\n@ NS ns1\n@ NS ns1\nd A 192.0.2.1\nd 120 A 192.0.2.1\nD A 192.0.2.1\nd A 192.0.2.2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logs := coretest.CaptureLog(t)
+	rp, _ := newTest(t, `routingpolicy example.org {
+		zonefile `+zf+`
+		record d A 300 192.0.2.2
+		record t TXT 60 "x y"
+		record t TXT 60 "x y"
+	}`)
+	if got := addrs(ask(t, rp, "d.example.org.", dns.TypeA, "10.1.1.1")); got != "192.0.2.1,192.0.2.2" {
+		t.Errorf("d A: %s, want each address once", got)
+	}
+	if m := ask(t, rp, "t.example.org.", dns.TypeTXT, "10.1.1.1"); len(m.Answer) != 1 {
+		t.Errorf("t TXT: %v, want the record once", m.Answer)
+	}
+	if m := ask(t, rp, "example.org.", dns.TypeNS, "10.1.1.1"); len(m.Answer) != 1 {
+		t.Errorf("apex NS: %v, want the record once", m.Answer)
+	}
+	for _, w := range []struct{ rr, from string }{
+		{"example.org.\t60\tIN\tNS\tns1.example.org.", zf},
+		{"d.example.org.\t120\tIN\tA\t192.0.2.1", zf},
+		{"d.example.org.\t60\tIN\tA\t192.0.2.1", zf},
+		{"d.example.org.\t60\tIN\tA\t192.0.2.2", zf}, // the Corefile's came first
+		{"t.example.org.\t60\tIN\tTXT\t\"x y\"", "the Corefile"},
+	} {
+		if n := logs.Count("[WARNING] plugin/routingpolicy: Record " + strconv.Quote(w.rr) + " from " + w.from + " is given twice: dropped (RFC 2181 5)"); n != 1 {
+			t.Errorf("warnings about %s from %s: %d, want 1:\n%s", w.rr, w.from, n, logs)
+		}
 	}
 }
