@@ -147,6 +147,9 @@ func build(origins []string, loc *region.Locator, srcs []recordSource, sets []*s
 		d.policies = append(d.policies, p)
 	}
 
+	if err := d.checkApexNS(srcs); err != nil {
+		return nil, err
+	}
 	for _, z := range d.zones {
 		if err := z.finish(now); err != nil {
 			return nil, err

@@ -14,7 +14,55 @@ import (
 // recordSource is the plain records of one source: the Corefile or a file.
 type recordSource struct {
 	name string // for messages: "the Corefile" or the file's name
+	kind sourceKind
 	rrs  []dns.RR
+}
+
+// sourceKind says where records come from, for the checks that depend on it (checkApexNS).
+type sourceKind uint8
+
+const (
+	inlineSource    sourceKind = iota // the Corefile's records
+	zoneFileSource                    // an RFC 1035 master file
+	recordSetSource                   // a record-set file, the export of a managed zone
+)
+
+// checkApexNS refuses, before finish would synthesize one, a zone without NS records at its apex
+// whose data a file says is complete: a zone file gives the NS records of its zone, the first of
+// the block, and of every zone its records are in (RFC 1035 5.2, RFC 1034 4.2.1); a record-set
+// file that gives a zone's SOA exports the zone, NS included. The synthesis is for the Corefile's
+// records and for record-set files that give neither.
+func (d *data) checkApexNS(srcs []recordSource) error {
+	need := map[*zone]*recordSource{}
+	for i := range srcs {
+		if srcs[i].kind == zoneFileSource && need[d.zones[0]] == nil {
+			need[d.zones[0]] = &srcs[i]
+		}
+	}
+	for src, rr := range allRecords(srcs) {
+		z := d.match(rr.Header().Name) // every record is in a zone by now (build)
+		switch {
+		case need[z] != nil:
+		case src.kind == zoneFileSource:
+			need[z] = src
+		case src.kind == recordSetSource && rr.Header().Rrtype == dns.TypeSOA:
+			need[z] = src
+		}
+	}
+	for _, z := range d.zones {
+		src := need[z]
+		if src == nil {
+			continue
+		}
+		if apex := z.names[z.origin]; apex != nil && apex.find(dns.TypeNS) != nil {
+			continue
+		}
+		if src.kind == zoneFileSource {
+			return fmt.Errorf("zonefile %s has no NS records at the apex of %s: a zone file gives its zone's NS records (RFC 1035 5.2, RFC 1034 4.2.1)", src.name, z.origin)
+		}
+		return fmt.Errorf("recordsets %s gives the SOA of %s but no NS records at its apex: the export of a zone gives both (RFC 1034 4.2.1)", src.name, z.origin)
+	}
+	return nil
 }
 
 // allRecords yields the records of srcs, in order, with their source.
@@ -38,7 +86,7 @@ func (cfg *Config) load(now time.Time) (*data, error) {
 	for i, rr := range cfg.Records {
 		inline[i] = dns.Copy(rr)
 	}
-	srcs := []recordSource{{name: "the Corefile", rrs: inline}}
+	srcs := []recordSource{{name: "the Corefile", kind: inlineSource, rrs: inline}}
 	sets := append([]*setSpec(nil), cfg.Sets...)
 	if cfg.ZoneFile != "" {
 		b, err := os.ReadFile(cfg.ZoneFile)
@@ -49,7 +97,7 @@ func (cfg *Config) load(now time.Time) (*data, error) {
 		if err != nil {
 			return nil, err
 		}
-		srcs = append(srcs, recordSource{name: cfg.ZoneFile, rrs: rrs})
+		srcs = append(srcs, recordSource{name: cfg.ZoneFile, kind: zoneFileSource, rrs: rrs})
 	}
 	if cfg.RecordSets != "" {
 		b, err := os.ReadFile(cfg.RecordSets)
@@ -63,7 +111,7 @@ func (cfg *Config) load(now time.Time) (*data, error) {
 		for _, w := range warns {
 			log.Warningf("Recordsets %s: %s", cfg.RecordSets, w)
 		}
-		srcs = append(srcs, recordSource{name: cfg.RecordSets, rrs: rrs})
+		srcs = append(srcs, recordSource{name: cfg.RecordSets, kind: recordSetSource, rrs: rrs})
 		sets = append(sets, ss...)
 	}
 	return build(cfg.Zones, cfg.Locator, srcs, sets, now)

@@ -465,7 +465,7 @@ func TestZoneChecksEverySource(t *testing.T) {
 		{"", `[{"name": "www.example.net.", "type": "A", "rrdatas": ["192.0.2.1"]}]`, "outside the zones"},
 		{"sub 60 NS ns.example.net.\n", `[{"name": "www.sub.example.org.", "type": "A", "routingPolicy": {"wrr": {"items": [{"weight": 1, "rrdatas": ["192.0.2.1"]}]}}}]`, "under the zone cut sub.example.org."},
 	} {
-		write(zf, "$ORIGIN example.org.\n"+tc.zone, fixedNow)
+		write(zf, "$ORIGIN example.org.\n@ 60 NS ns.example.net.\n"+tc.zone, fixedNow)
 		write(rs, tc.rs, fixedNow)
 		err := loadErr("routingpolicy example.org {\n zonefile " + zf + "\n recordsets " + rs + "\n}")
 		if err == nil || !strings.Contains(err.Error(), tc.err) {
@@ -474,11 +474,11 @@ func TestZoneChecksEverySource(t *testing.T) {
 	}
 
 	// A reload that brings a loop keeps the last good data and logs why.
-	write(zf, "$ORIGIN example.org.\na 60 CNAME b\nb 60 A 192.0.2.1\n", fixedNow)
+	write(zf, "$ORIGIN example.org.\n@ 60 NS ns.example.net.\na 60 CNAME b\nb 60 A 192.0.2.1\n", fixedNow)
 	write(rs, "[]", fixedNow)
 	rp, _ := newTest(t, "routingpolicy example.org {\n reload 0\n zonefile "+zf+"\n recordsets "+rs+"\n}")
 	logs := coretest.CaptureLog(t)
-	write(zf, "$ORIGIN example.org.\na 60 CNAME b\nb 60 CNAME a\n", fixedNow.Add(time.Second))
+	write(zf, "$ORIGIN example.org.\n@ 60 NS ns.example.net.\na 60 CNAME b\nb 60 CNAME a\n", fixedNow.Add(time.Second))
 	if rp.reloadIfChanged(fixedNow) {
 		t.Fatal("a zone file with a CNAME loop was loaded")
 	}
@@ -534,7 +534,7 @@ func TestZoneEscapedNames(t *testing.T) {
 	// query carries as \DDD; case is ASCII only (RFC 4343). Regression: lower-casing them as UTF-8
 	// changed them (and an invalid octet into three).
 	zf := filepath.Join(t.TempDir(), "db")
-	if err := os.WriteFile(zf, []byte("$ORIGIN example.org.\n$TTL 60\ncaf\xc3\xa9 A 192.0.2.4\n\xc3\x9cber A 192.0.2.5\nx\xff A 192.0.2.6\n"), 0o600); err != nil {
+	if err := os.WriteFile(zf, []byte("$ORIGIN example.org.\n$TTL 60\n@ NS ns.example.net.\ncaf\xc3\xa9 A 192.0.2.4\n\xc3\x9cber A 192.0.2.5\nx\xff A 192.0.2.6\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	rp, _ = newTest(t, "routingpolicy example.org {\n zonefile "+zf+"\n}")
@@ -653,12 +653,17 @@ func TestZoneRefusedWhereFileLoads(t *testing.T) {
 		{"a CNAME\n", "no rdata"},
 		{"chx CH TXT \"chaos\"\n", "only class IN is served"},
 		{"$INCLUDE " + inc + "\n", "$INCLUDE"},
+		{"$ORIGIN example.org.\n$TTL 60\n@ SOA ns1 h 1 2 3 4 5\nwww A 192.0.2.1\n", "has no NS records at the apex of example.org."},
 	} {
-		if _, err := file.Parse(strings.NewReader(head+tc.data), "example.org.", filepath.Join(dir, "db"), 0); err != nil {
+		text := head + tc.data
+		if strings.HasPrefix(tc.data, "$ORIGIN") {
+			text = tc.data // a whole file, without head's NS
+		}
+		if _, err := file.Parse(strings.NewReader(text), "example.org.", filepath.Join(dir, "db"), 0); err != nil {
 			t.Errorf("%q: file no longer loads it (%v): README's row is obsolete", tc.data, err)
 		}
 		zf := filepath.Join(dir, "db")
-		if err := os.WriteFile(zf, []byte(head+tc.data), 0o600); err != nil {
+		if err := os.WriteFile(zf, []byte(text), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		if err := loadErr("routingpolicy example.org {\n zonefile " + zf + "\n}"); err == nil || !strings.Contains(err.Error(), tc.err) {
@@ -731,5 +736,57 @@ func TestZoneDuplicatesDroppedRZone3(t *testing.T) {
 		if n := logs.Count("[WARNING] plugin/routingpolicy: Record " + strconv.Quote(w.rr) + " from " + w.from + " is given twice: dropped (RFC 2181 5)"); n != 1 {
 			t.Errorf("warnings about %s from %s: %d, want 1:\n%s", w.rr, w.from, n, logs)
 		}
+	}
+}
+
+// TestZoneFileApexNSRZone3: R-ZONE-3, regression: a zone file without NS records at its apex
+// was served with an NS record invented from the SOA's MNAME. A master file gives its zone's NS
+// records (RFC 1035 5.2, RFC 1034 4.2.1): it is refused at load, unless the Corefile gives them.
+// A record-set file that gives a zone's SOA but no NS is refused the same way; one that gives
+// neither, and inline data, keep the documented synthesis (NS: the SOA's MNAME).
+func TestZoneFileApexNSRZone3(t *testing.T) {
+	dir := t.TempDir()
+	zf, rs := filepath.Join(dir, "db"), filepath.Join(dir, "rs.json")
+	write := func(f, s string) {
+		t.Helper()
+		if err := os.WriteFile(f, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(zf, "$ORIGIN example.org.\n$TTL 60\n@ SOA ns9.example.net. h 1 2 3 4 5\nwww A 192.0.2.1\n")
+	err := loadErr("routingpolicy example.org {\n zonefile " + zf + "\n}")
+	if err == nil || !strings.Contains(err.Error(), "zonefile "+zf+" has no NS records at the apex of example.org.") {
+		t.Errorf("a zone file without apex NS: %v", err)
+	}
+	// Nor from a zone file whose records fill a second zone of the block.
+	write(zf, "$ORIGIN example.org.\n$TTL 60\n@ SOA ns1 h 1 2 3 4 5\n@ NS ns1\nwww.sub A 192.0.2.1\n")
+	err = loadErr("routingpolicy example.org sub.example.org {\n zonefile " + zf + "\n}")
+	if err == nil || !strings.Contains(err.Error(), "has no NS records at the apex of sub.example.org.") {
+		t.Errorf("a zone file without the apex NS of the second zone: %v", err)
+	}
+	// The Corefile may give them.
+	write(zf, "$ORIGIN example.org.\n$TTL 60\n@ SOA ns9.example.net. h 1 2 3 4 5\nwww A 192.0.2.1\n")
+	rp, _ := newTest(t, "routingpolicy example.org {\n zonefile "+zf+"\n record @ NS 3600 ns2.example.net.\n}")
+	if m := ask(t, rp, "example.org.", dns.TypeNS, "10.1.1.1"); len(m.Answer) != 1 || m.Answer[0].(*dns.NS).Ns != "ns2.example.net." {
+		t.Errorf("apex NS given in the Corefile: %v", m.Answer)
+	}
+	// A record-set file with the SOA and no NS.
+	write(rs, `[{"name": "example.org.", "type": "SOA", "rrdatas": ["ns9.example.net. h.example.org. 1 2 3 4 5"]}, {"name": "www.example.org.", "type": "A", "rrdatas": ["192.0.2.1"]}]`)
+	err = loadErr("routingpolicy example.org {\n recordsets " + rs + "\n}")
+	if err == nil || !strings.Contains(err.Error(), "recordsets "+rs+" gives the SOA of example.org. but no NS records at its apex") {
+		t.Errorf("a record-set file with the SOA and no NS: %v", err)
+	}
+	// Inline, the NS is synthesized from the SOA's MNAME.
+	rp, _ = newTest(t, `routingpolicy example.org {
+		record @ SOA 3600 ns9.example.net. h.example.org. 1 2 3 4 5
+	}`)
+	if m := ask(t, rp, "example.org.", dns.TypeNS, "10.1.1.1"); len(m.Answer) != 1 || m.Answer[0].(*dns.NS).Ns != "ns9.example.net." {
+		t.Errorf("inline SOA, no NS: %v, want NS ns9.example.net. synthesized", m.Answer)
+	}
+	// A record-set file with neither: SOA and NS synthesized, as inline.
+	write(rs, `[{"name": "www.example.org.", "type": "A", "rrdatas": ["192.0.2.1"]}]`)
+	rp, _ = newTest(t, "routingpolicy example.org {\n recordsets "+rs+"\n}")
+	if m := ask(t, rp, "example.org.", dns.TypeNS, "10.1.1.1"); len(m.Answer) != 1 || m.Answer[0].(*dns.NS).Ns != "ns1.example.org." {
+		t.Errorf("record-set file without SOA and NS: %v, want NS ns1.example.org. synthesized", m.Answer)
 	}
 }
