@@ -32,7 +32,7 @@ type setSpec struct {
 	// healthCheckedTargets.externalEndpoints); nil means every address of the set.
 	endpoints map[netip.Addr]bool
 	origin    string // where it was defined, for errors: "Corefile" or a file name
-	rdOrigin  string // the origin relative names in rdata are completed with
+	rdOrigin  string // the origin relative names in rdata are completed with; "": none allowed
 }
 
 // itemSpec is one item of a setSpec.
@@ -486,13 +486,16 @@ func addrOf(rr dns.RR) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
-// newRR parses one rdata of type qtype for name; names in the rdata are relative to origin.
+// newRR parses one rdata of type qtype for name; names in the rdata are relative to origin, or,
+// when origin is "" (a record-set file's), must be absolute.
 func newRR(name string, ttl uint32, qtype uint16, rdata, origin string) (dns.RR, error) {
 	ts := dns.TypeToString[qtype]
-	if origin == "" {
+	absolute := origin == ""
+	if absolute {
 		origin = "."
 	}
-	zp := dns.NewZoneParser(strings.NewReader(name+" "+strconv.FormatUint(uint64(ttl), 10)+" IN "+ts+" "+rdata), origin, "")
+	line := name + " " + strconv.FormatUint(uint64(ttl), 10) + " IN " + ts + " " + rdata
+	zp := dns.NewZoneParser(strings.NewReader(line), origin, "")
 	rr, _ := zp.Next()
 	err := zp.Err()
 	if err == nil {
@@ -508,6 +511,9 @@ func newRR(name string, ttl uint32, qtype uint16, rdata, origin string) (dns.RR,
 	}
 	if err := packable(rr); err != nil {
 		return nil, fmt.Errorf("rdata %q is not valid %s data: %v", rdata, ts, err)
+	}
+	if absolute && hasRelativeName(rr, line) {
+		return nil, fmt.Errorf("rdata %q has a relative name: names in a record-set file must be absolute (end with a dot)", rdata)
 	}
 	if qtype == dns.TypeA || qtype == dns.TypeAAAA {
 		// dns.NewRR accepts an IPv4 address for AAAA and the other way round in some forms.
