@@ -78,7 +78,8 @@ func allRecords(srcs []recordSource) iter.Seq2[*recordSource, dns.RR] {
 	}
 }
 
-// load reads the files of cfg and builds its data with the inline records and record sets.
+// load reads the files of cfg and builds its data with the inline records and record sets. The
+// data holds the stamps of the files, taken before they were read.
 func (cfg *Config) load(now time.Time) (*data, error) {
 	// Copy the inline records: build normalizes their headers, and a reload must not touch the
 	// records the running data serves. A file's records are read afresh at every load.
@@ -88,7 +89,10 @@ func (cfg *Config) load(now time.Time) (*data, error) {
 	}
 	srcs := []recordSource{{name: "the Corefile", kind: inlineSource, rrs: inline}}
 	sets := append([]*setSpec(nil), cfg.Sets...)
+	// Each file is stamped before it is read: a write after the stamp is seen by the next check.
+	var stamps [2]fileStamp
 	if cfg.ZoneFile != "" {
+		stamps[0] = stampOf(cfg.ZoneFile)
 		b, err := os.ReadFile(cfg.ZoneFile)
 		if err != nil {
 			return nil, fmt.Errorf("zonefile: %v", err)
@@ -100,6 +104,7 @@ func (cfg *Config) load(now time.Time) (*data, error) {
 		srcs = append(srcs, recordSource{name: cfg.ZoneFile, kind: zoneFileSource, rrs: rrs})
 	}
 	if cfg.RecordSets != "" {
+		stamps[1] = stampOf(cfg.RecordSets)
 		b, err := os.ReadFile(cfg.RecordSets)
 		if err != nil {
 			return nil, fmt.Errorf("recordsets: %v", err)
@@ -114,7 +119,12 @@ func (cfg *Config) load(now time.Time) (*data, error) {
 		srcs = append(srcs, recordSource{name: cfg.RecordSets, kind: recordSetSource, rrs: rrs})
 		sets = append(sets, ss...)
 	}
-	return build(cfg.Zones, cfg.Locator, srcs, sets, now)
+	d, err := build(cfg.Zones, cfg.Locator, srcs, sets, now)
+	if err != nil {
+		return nil, err
+	}
+	d.stamps = stamps
+	return d, nil
 }
 
 // parseZoneFile reads an RFC 1035 master file. Relative names are relative to origin.
@@ -135,21 +145,4 @@ func parseZoneFile(b []byte, file, origin string) ([]dns.RR, error) {
 		return nil, fmt.Errorf("zonefile: %v", err)
 	}
 	return out, nil
-}
-
-// fileStamp identifies the version of a file for the reload loop.
-type fileStamp struct {
-	mod  time.Time
-	size int64
-}
-
-func stampOf(path string) fileStamp {
-	if path == "" {
-		return fileStamp{}
-	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		return fileStamp{size: -1}
-	}
-	return fileStamp{mod: fi.ModTime(), size: fi.Size()}
 }

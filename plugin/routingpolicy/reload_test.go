@@ -246,3 +246,49 @@ func TestFileReloadRefusesForwardedNameRZone3(t *testing.T) {
 		t.Fatalf("after the reload: %q", got)
 	}
 }
+
+// Regression: the files were stamped for the reload check when the handler was made, after they
+// were read: a write between the read and the stamp was never loaded (until the file changed
+// again). The stamp is taken before the read, so such a write is loaded by the next check.
+func TestFileReloadSeesWriteDuringLoad(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "rs.yaml")
+	write := func(body string, version int) {
+		t.Helper()
+		if err := os.WriteFile(f, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		when := fixedNow.Add(time.Duration(version) * time.Second)
+		if err := os.Chtimes(f, when, when); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("- {name: www.example.org., type: A, rrdatas: [10.0.0.1]}\n", 1)
+	cfgs, err := parse(caddy.NewTestController("dns", `routingpolicy example.org {
+		reload 0
+		recordsets `+f+`
+	}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := cfgs[0].load(fixedNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Written after the read, before the handler is made (setup makes it right after load).
+	write("- {name: www.example.org., type: A, rrdatas: [10.0.0.22]}\n", 2)
+	rp := New(cfgs[0], d)
+	rp.board = health.NewBoard(countingClock())
+	if err := rp.OnStartup(nil); err != nil {
+		t.Fatal(err)
+	}
+	defer rp.OnShutdown()
+	if !rp.reloadIfChanged(fixedNow) {
+		t.Fatal("the file written while it was loaded is not reloaded")
+	}
+	if got := addrs(ask(t, rp, "www.example.org.", dns.TypeA, "10.1.1.1")); got != "10.0.0.22" {
+		t.Fatalf("after the reload: %q, want the file's second version", got)
+	}
+	if rp.reloadIfChanged(fixedNow) {
+		t.Fatal("unchanged file reloaded")
+	}
+}

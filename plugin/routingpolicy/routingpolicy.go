@@ -62,7 +62,7 @@ func New(cfg *Config, d *data) *RoutingPolicy {
 		name := t.Name(region.ID(id))
 		rp.mdRegion[id+1] = func() string { return name }
 	}
-	rp.stamps = [2]fileStamp{stampOf(cfg.ZoneFile), stampOf(cfg.RecordSets)}
+	rp.stamps = d.stamps
 	return rp
 }
 
