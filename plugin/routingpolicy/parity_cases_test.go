@@ -266,4 +266,16 @@ dup 120 IN A 192.0.2.13
 			t.Errorf("%s: routingpolicy does not answer as README says:\n%s", tc.row, brief(rp))
 		}
 	}
+	// A zone of its SOA and NS records only: file keeps them aside from its names and answers
+	// NXDOMAIN for the apex's other types; the apex exists (RFC 1034 4.3.2, RFC 8020): NODATA.
+	ask = servePair(t, "example.org.", "$ORIGIN example.org.\n@ 3600 IN SOA ns1.example.net. hostmaster 1 7200 1800 1209600 300\n@ 3600 IN NS ns1.example.net.\n")
+	for _, qtype := range []uint16{dns.TypeA, dns.TypeTXT} {
+		file, rp := ask("example.org.", qtype)
+		if file == nil || file.Rcode != dns.RcodeNameError {
+			t.Errorf("an apex with only SOA and NS, %s: file no longer answers NXDOMAIN (the row is obsolete?):\n%s", dns.TypeToString[qtype], brief(file))
+		}
+		if rp == nil || rp.Rcode != dns.RcodeSuccess || len(rp.Answer) != 0 || len(rp.Ns) != 1 || rp.Ns[0].Header().Rrtype != dns.TypeSOA {
+			t.Errorf("an apex with only SOA and NS, %s: routingpolicy does not answer NODATA:\n%s", dns.TypeToString[qtype], brief(rp))
+		}
+	}
 }

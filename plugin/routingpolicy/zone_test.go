@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/coredns/coredns/plugin/file"
+	"github.com/coredns/coredns/plugin/pkg/dnstest"
+	"github.com/coredns/coredns/plugin/pkg/fall"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/coredns/coredns/request"
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
@@ -788,5 +790,58 @@ func TestZoneFileApexNSRZone3(t *testing.T) {
 	rp, _ = newTest(t, "routingpolicy example.org {\n recordsets "+rs+"\n}")
 	if m := ask(t, rp, "example.org.", dns.TypeNS, "10.1.1.1"); len(m.Answer) != 1 || m.Answer[0].(*dns.NS).Ns != "ns1.example.org." {
 		t.Errorf("record-set file without SOA and NS: %v, want NS ns1.example.org. synthesized", m.Answer)
+	}
+}
+
+// TestZoneFallthroughRZone1: R-ZONE-1, README's "Differences from file" row for `fallthrough`:
+// a name that does not exist (NXDOMAIN) is passed to the next plugin, as file passes it; an empty
+// non-terminal exists (RFC 4592 2.2.2, RFC 8020) and is answered NODATA, where file passes it on
+// too. file is asked as well, so the row fails here when file changes.
+func TestZoneFallthroughRZone1(t *testing.T) {
+	const text = "$ORIGIN example.org.\n$TTL 60\n@ SOA ns1 h 1 2 3 4 5\n@ NS ns1\nns1 A 192.0.2.1\na.b A 192.0.2.2\n"
+	passed := map[string]bool{}
+	next := test.HandlerFunc(func(_ context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+		passed[r.Question[0].Name] = true
+		m := new(dns.Msg)
+		m.SetRcode(r, dns.RcodeRefused)
+		w.WriteMsg(m)
+		return dns.RcodeRefused, nil
+	})
+	z, err := file.Parse(strings.NewReader(text), "example.org.", "db", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := file.File{Next: next, Zones: file.Zones{Z: map[string]*file.Zone{"example.org.": z}, Names: []string{"example.org."}}, Fall: fall.Root}
+	zf := filepath.Join(t.TempDir(), "db")
+	if err := os.WriteFile(zf, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rp, _ := newTest(t, "routingpolicy example.org {\n zonefile "+zf+"\n fallthrough\n}")
+	rp.Next = next
+	for _, tc := range []struct {
+		name             string
+		filePass, rpPass bool
+	}{
+		{"nx.example.org.", true, true},
+		{"b.example.org.", true, false}, // the empty non-terminal
+		{"a.b.example.org.", false, false},
+	} {
+		m := new(dns.Msg)
+		m.SetQuestion(tc.name, dns.TypeAAAA)
+		clear(passed)
+		if _, err := f.ServeDNS(context.Background(), dnstest.NewRecorder(&test.ResponseWriter{}), m); err != nil {
+			t.Fatal(err)
+		}
+		if passed[tc.name] != tc.filePass {
+			t.Errorf("%s: file passes it on: %v, want %v (README's row is obsolete?)", tc.name, passed[tc.name], tc.filePass)
+		}
+		clear(passed)
+		a := askMsg(t, rp, m, "10.1.1.1")
+		if passed[tc.name] != tc.rpPass {
+			t.Errorf("%s: routingpolicy passes it on: %v, want %v", tc.name, passed[tc.name], tc.rpPass)
+		}
+		if !tc.rpPass && (a.Rcode != dns.RcodeSuccess || len(a.Answer) != 0 || len(a.Ns) != 1 || a.Ns[0].Header().Rrtype != dns.TypeSOA) {
+			t.Errorf("%s: routingpolicy answers %v, want NODATA", tc.name, a)
+		}
 	}
 }
