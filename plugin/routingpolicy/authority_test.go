@@ -1,9 +1,13 @@
 package routingpolicy
 
 import (
+	"context"
+	"strings"
 	"testing"
 
+	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/test"
+	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 
 	"github.com/miekg/dns"
 )
@@ -106,7 +110,22 @@ func TestAuthoritySynthesizedSOA(t *testing.T) {
 	if m.Rcode != dns.RcodeNameError || len(m.Ns) != 1 || m.Ns[0].(*dns.SOA).Serial != uint32(fixedNow.Unix()) {
 		t.Fatalf("synthesized SOA in NXDOMAIN: %v", m)
 	}
-	// Not our zone: no next plugin, SERVFAIL from NextOrFailure.
-	rec := ask
-	_ = rec
+}
+
+// TestAuthorityNotOurZone: a name in no zone of the block is not ours: it goes to the next
+// plugin; with none, plugin.NextOrFailure returns SERVFAIL and an error, writes nothing, and the
+// server answers SERVFAIL.
+func TestAuthorityNotOurZone(t *testing.T) {
+	rp, _ := newTest(t, authBlock)
+	m := new(dns.Msg)
+	m.SetQuestion("www.example.net.", dns.TypeA)
+	w := dnstest.NewRecorder(&test.ResponseWriter{})
+	rcode, err := rp.ServeDNS(context.Background(), w, m)
+	if rcode != dns.RcodeServerFailure || err == nil || !strings.Contains(err.Error(), "no next plugin found") || w.Msg != nil {
+		t.Fatalf("no next plugin: rcode %s, error %v, written %v; want SERVFAIL, an error and nothing written", dns.RcodeToString[rcode], err, w.Msg)
+	}
+	rp.Next = coretest.Echo
+	if a := ask(t, rp, "www.example.net.", dns.TypeA, "10.1.1.1"); a.Rcode != dns.RcodeSuccess || a.Authoritative || len(a.Answer) != 0 || len(a.Ns) != 0 {
+		t.Fatalf("with a next plugin: %v, want its empty NOERROR", a)
+	}
 }

@@ -33,7 +33,7 @@ type setSpec struct {
 	// healthCheckedTargets.externalEndpoints); nil means every address of the set.
 	endpoints map[netip.Addr]bool
 	origin    string // where it was defined, for errors: "Corefile" or a file name
-	rdOrigin  string // the origin relative names in rdata are completed with
+	rdOrigin  string // the origin relative names in rdata are completed with; "": none allowed
 }
 
 // itemSpec is one item of a setSpec.
@@ -59,7 +59,7 @@ var policyTypes = map[uint16]bool{
 
 // build turns records and record sets into zones. It is the single place where configuration
 // errors about data are found, for inline data and files alike (R-ZONE-3).
-func build(origins []string, loc *region.Locator, records []dns.RR, sets []*setSpec, now time.Time) (*data, error) {
+func build(origins []string, loc *region.Locator, srcs []recordSource, sets []*setSpec, now time.Time) (*data, error) {
 	d := &data{}
 	for _, o := range origins {
 		z := &zone{origin: o, names: make(map[string]*node)}
@@ -75,10 +75,13 @@ func build(origins []string, loc *region.Locator, records []dns.RR, sets []*setS
 	}
 
 	// Plain records, grouped by name and type.
-	for _, rr := range records {
+	for src, rr := range allRecords(srcs) {
 		h := rr.Header()
 		h.Name = canonicalName(h.Name)
-		h.Class = dns.ClassINET
+		if h.Class != dns.ClassINET {
+			// RFC 1035 5.2: the records of a zone have one class; the zones are served in IN.
+			return nil, fmt.Errorf("record %q: class %s: only class IN is served", rr.String(), dns.Class(h.Class))
+		}
 		z := d.match(h.Name)
 		if z == nil {
 			return nil, fmt.Errorf("record %q: name %s is outside the zones %v", rr.String(), h.Name, origins)
@@ -93,10 +96,10 @@ func build(origins []string, loc *region.Locator, records []dns.RR, sets []*setS
 			n.add(rrset{qtype: h.Rrtype})
 			s = &n.sets[len(n.sets)-1]
 		}
-		for _, o := range s.rrs {
-			if dns.IsDuplicate(o, rr) {
-				return nil, fmt.Errorf("record %q given twice", rr.String())
-			}
+		if slices.ContainsFunc(s.rrs, func(o dns.RR) bool { return dns.IsDuplicate(o, rr) }) {
+			// RFC 2181 5: a duplicate record is suppressed (file serves every copy).
+			log.Warningf("Record %q from %s is given twice: dropped (RFC 2181 5)", rr.String(), src.name)
+			continue
 		}
 		switch h.Rrtype {
 		case dns.TypeRRSIG, dns.TypeNSEC, dns.TypeNSEC3, dns.TypeNSEC3PARAM:
@@ -145,6 +148,9 @@ func build(origins []string, loc *region.Locator, records []dns.RR, sets []*setS
 		d.policies = append(d.policies, p)
 	}
 
+	if err := d.checkApexNS(srcs); err != nil {
+		return nil, err
+	}
 	for _, z := range d.zones {
 		if err := z.finish(now); err != nil {
 			return nil, err
@@ -484,13 +490,16 @@ func addrOf(rr dns.RR) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
-// newRR parses one rdata of type qtype for name; names in the rdata are relative to origin.
+// newRR parses one rdata of type qtype for name; names in the rdata are relative to origin, or,
+// when origin is "" (a record-set file's), must be absolute.
 func newRR(name string, ttl uint32, qtype uint16, rdata, origin string) (dns.RR, error) {
 	ts := dns.TypeToString[qtype]
-	if origin == "" {
+	absolute := origin == ""
+	if absolute {
 		origin = "."
 	}
-	zp := dns.NewZoneParser(strings.NewReader(name+" "+strconv.FormatUint(uint64(ttl), 10)+" IN "+ts+" "+rdata), origin, "")
+	line := name + " " + strconv.FormatUint(uint64(ttl), 10) + " IN " + ts + " " + rdata
+	zp := dns.NewZoneParser(strings.NewReader(line), origin, "")
 	rr, _ := zp.Next()
 	err := zp.Err()
 	if err == nil {
@@ -506,6 +515,9 @@ func newRR(name string, ttl uint32, qtype uint16, rdata, origin string) (dns.RR,
 	}
 	if err := packable(rr); err != nil {
 		return nil, fmt.Errorf("rdata %q is not valid %s data: %v", rdata, ts, err)
+	}
+	if absolute && hasRelativeName(rr, line) {
+		return nil, fmt.Errorf("rdata %q has a relative name: names in a record-set file must be absolute (end with a dot)", rdata)
 	}
 	if qtype == dns.TypeA || qtype == dns.TypeAAAA {
 		// dns.NewRR accepts an IPv4 address for AAAA and the other way round in some forms.

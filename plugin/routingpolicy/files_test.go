@@ -121,6 +121,61 @@ func TestRecordSetsErrors(t *testing.T) {
 	}
 }
 
+// TestRecordSetsRelativeNamesRZone3: R-ZONE-3 (names), regression: a relative name in the
+// rrdatas of a record-set file was completed with the root (`web` for a CNAME served as `web.`,
+// `10 mail` for an MX as `mail.`). A managed zone's export writes every name absolute, with its
+// final dot: a relative one is an error naming the record set and the rrdata, in plain record
+// sets and in policy items alike. Inline data keeps names relative to the zone.
+func TestRecordSetsRelativeNamesRZone3(t *testing.T) {
+	const must = "names in a record-set file must be absolute (end with a dot)"
+	for _, tc := range []struct{ in, set, rdata string }{
+		{`[{"name": "www.example.org.", "type": "CNAME", "rrdatas": ["web"]}]`, "record set www.example.org. CNAME", `"web"`},
+		{`[{"name": "example.org.", "type": "MX", "rrdatas": ["10 mail.example.org.", "20 mail"]}]`, "record set example.org. MX", `"20 mail"`},
+		{`[{"name": "_sip._tcp.example.org.", "type": "SRV", "rrdatas": ["1 2 5060 sip.example.org"]}]`, "record set _sip._tcp.example.org. SRV", `"1 2 5060 sip.example.org"`},
+		{`[{"name": "example.org.", "type": "NS", "rrdatas": ["@"]}]`, "record set example.org. NS", `"@"`},
+		{`[{"name": "www.example.org.", "type": "CNAME", "routingPolicy": {"wrr": {"items": [{"weight": 1, "rrdatas": ["web.example.org."]}, {"weight": 1, "rrdatas": ["web2"]}]}}}]`, "wrr www.example.org./CNAME", `"web2"`},
+		{`[{"name": "example.org.", "type": "MX", "routingPolicy": {"geo": {"items": [{"location": "us-east1", "rrdatas": ["10 mail"]}]}}}]`, "geo example.org./MX", `"10 mail"`},
+	} {
+		f := filepath.Join(t.TempDir(), "rs.json")
+		if err := os.WriteFile(f, []byte(tc.in), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		err := loadErr("routingpolicy example.org {\n recordsets " + f + "\n}")
+		if err == nil || !strings.Contains(err.Error(), tc.set) || !strings.Contains(err.Error(), "rdata "+tc.rdata) || !strings.Contains(err.Error(), must) {
+			t.Errorf("%s:\n  error %v\n  want one naming %s and %s: %s", tc.in, err, tc.set, tc.rdata, must)
+		}
+	}
+	// Absolute names load, the root too (a null MX); inline, relative names are the zone's.
+	f := filepath.Join(t.TempDir(), "rs.json")
+	if err := os.WriteFile(f, []byte(`[{"name": "example.org.", "type": "MX", "rrdatas": ["0 ."]}, {"name": "example.org.", "type": "NS", "rrdatas": ["ns.example.net."]},
+		{"name": "www.example.org.", "type": "CNAME", "routingPolicy": {"wrr": {"items": [{"weight": 1, "rrdatas": ["web.example.org."]}]}}},
+		{"name": "web.example.org.", "type": "TXT", "rrdatas": ["\"no names here\""]}]`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rp, _ := newTest(t, "routingpolicy example.org {\n recordsets "+f+"\n record alias CNAME 60 web\n}")
+	if m := ask(t, rp, "example.org.", dns.TypeMX, "10.1.1.1"); len(m.Answer) != 1 || m.Answer[0].(*dns.MX).Mx != "." {
+		t.Errorf("null MX: %v", m.Answer)
+	}
+	for name, want := range map[string]string{"www.example.org.": "web.example.org.", "alias.example.org.": "web.example.org."} {
+		if m := ask(t, rp, name, dns.TypeCNAME, "10.1.1.1"); len(m.Answer) != 1 || m.Answer[0].(*dns.CNAME).Target != want {
+			t.Errorf("%s CNAME: %v, want %s", name, m.Answer, want)
+		}
+	}
+}
+
+// TestRecordSetsHealthCheckWithoutPolicyWarns: a routingPolicy.healthCheck on a record set with no
+// wrr, geo or primaryBackup checks nothing: like an unknown field it is left out with a warning
+// (it was dropped silently).
+func TestRecordSetsHealthCheckWithoutPolicyWarns(t *testing.T) {
+	rrs, sets, warns, err := parseRecordSets([]byte(`[{"name": "www.example.org.", "type": "A", "rrdatas": ["192.0.2.1"], "routingPolicy": {"healthCheck": "projects/p/global/healthChecks/web"}}]`), "rs.json")
+	if err != nil || len(rrs) != 1 || len(sets) != 0 {
+		t.Fatalf("got %v, %v, %v", rrs, sets, err)
+	}
+	if len(warns) != 1 || !strings.Contains(warns[0], "record set www.example.org. A") || !strings.Contains(warns[0], `routingPolicy.healthCheck "projects/p/global/healthChecks/web" ignored`) {
+		t.Fatalf("warnings: %q", warns)
+	}
+}
+
 func TestZoneFile(t *testing.T) {
 	rp, _ := newTest(t, `routingpolicy example.org {
 		zonefile testdata/db.example.org

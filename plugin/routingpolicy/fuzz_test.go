@@ -77,7 +77,7 @@ func FuzzRecordSets(f *testing.F) {
 		if err != nil {
 			return
 		}
-		d, err := build([]string{"."}, loc, rrs, sets, fixedNow)
+		d, err := build([]string{"."}, loc, testSource(rrs), sets, fixedNow)
 		if err != nil {
 			return
 		}
@@ -128,7 +128,7 @@ func FuzzZoneFile(f *testing.F) {
 		if err != nil {
 			return
 		}
-		d, err := build([]string{"example.org."}, loc, rrs, nil, fixedNow)
+		d, err := build([]string{"example.org."}, loc, testSource(rrs), nil, fixedNow)
 		if err != nil {
 			return
 		}
@@ -156,7 +156,7 @@ func FuzzZoneFileRoundTrip(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if _, err := build([]string{"example.org."}, loc, copyRRs(rrs), nil, fixedNow); err != nil {
+		if _, err := build([]string{"example.org."}, loc, testSource(copyRRs(rrs)), nil, fixedNow); err != nil {
 			return
 		}
 		var text strings.Builder
@@ -336,7 +336,7 @@ func TestZoneFileCutLastLine(t *testing.T) {
 		}
 		// miekg/dns takes some types with no rdata even mid-file (`www AAAA`): build refuses
 		// those (packable).
-		if _, err := build([]string{"example.org."}, mustLocator(t), rrs, nil, fixedNow); err == nil {
+		if _, err := build([]string{"example.org."}, mustLocator(t), testSource(rrs), nil, fixedNow); err == nil {
 			t.Errorf("%q loaded as %v, want an error", in, rrs)
 		}
 	}
@@ -358,7 +358,7 @@ func TestZoneOwnerTooLong(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%q: %v", in, err)
 		}
-		_, err = build([]string{"example.org."}, mustLocator(t), rrs, nil, fixedNow)
+		_, err = build([]string{"example.org."}, mustLocator(t), testSource(rrs), nil, fixedNow)
 		if err == nil || !strings.Contains(err.Error(), "longer than 255 octets") {
 			t.Errorf("%q: %v, want an error about the owner's length", in, err)
 		}
@@ -374,7 +374,7 @@ func TestZoneRdataNameTooLong(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = build([]string{"example.org."}, mustLocator(t), rrs, nil, fixedNow)
+	_, err = build([]string{"example.org."}, mustLocator(t), testSource(rrs), nil, fixedNow)
 	if err == nil || !strings.Contains(err.Error(), "cannot be read back") {
 		t.Fatalf("%v, want an error about a record that cannot be read back", err)
 	}

@@ -74,6 +74,11 @@ func loadErr(block string) error {
 	return nil
 }
 
+// testSource gives rrs to build as the records of one source, as the Corefile's are.
+func testSource(rrs []dns.RR) []recordSource {
+	return []recordSource{{name: "the test", rrs: rrs}}
+}
+
 // set publishes k on b and gives it state s, as a healthcheck would.
 func set(b *health.Board, check, ip string, s health.State) {
 	k := health.Key{Check: check, Addr: netip.MustParseAddr(ip)}

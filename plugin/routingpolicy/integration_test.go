@@ -419,7 +419,7 @@ func TestIntegrationTruncation(t *testing.T) {
 // file's are.
 func TestIntegrationRoot(t *testing.T) {
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "db.example.org"), []byte("$ORIGIN example.org.\nzf 60 IN A 192.0.2.1\n"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "db.example.org"), []byte("$ORIGIN example.org.\n@ 60 IN NS ns.example.net.\nzf 60 IN A 192.0.2.1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "rs.yaml"), []byte("- {name: rs.example.org., type: A, ttl: 60, rrdatas: [192.0.2.2]}\n"), 0o600); err != nil {

@@ -227,6 +227,8 @@ long 60 IN DNAME ` + l63 + "." + l63 + "." + l63 + `.example.net.
 dn 60 IN DNAME t
 www.dn 60 IN A 192.0.2.9
 alias 60 IN CNAME www.dn
+dup 60 IN A 192.0.2.13
+dup 120 IN A 192.0.2.13
 ` + "\xc3\x9cber 60 IN A 192.0.2.11\nx\xff 60 IN A 192.0.2.12\n"
 	ask := servePair(t, "example.org.", zone)
 	for _, tc := range []struct {
@@ -246,6 +248,9 @@ alias 60 IN CNAME www.dn
 			func(m *dns.Msg) bool {
 				return m != nil && len(m.Answer) == 3 && m.Answer[1].Header().Rrtype == dns.TypeDNAME && m.Rcode == dns.RcodeNameError
 			}},
+		{"a record given twice", "dup.example.org.",
+			func(m *dns.Msg) bool { return m != nil && len(m.Answer) == 2 },
+			func(m *dns.Msg) bool { return m != nil && len(m.Answer) == 1 && m.Answer[0].Header().Ttl == 60 }},
 		{"raw octets outside ASCII: upper-case UTF-8", `\195\156ber.example.org.`,
 			func(m *dns.Msg) bool { return m != nil && m.Rcode == dns.RcodeNameError },
 			func(m *dns.Msg) bool { return m != nil && len(m.Answer) == 1 }},
@@ -259,6 +264,18 @@ alias 60 IN CNAME www.dn
 		}
 		if !tc.rp(rp) {
 			t.Errorf("%s: routingpolicy does not answer as README says:\n%s", tc.row, brief(rp))
+		}
+	}
+	// A zone of its SOA and NS records only: file keeps them aside from its names and answers
+	// NXDOMAIN for the apex's other types; the apex exists (RFC 1034 4.3.2, RFC 8020): NODATA.
+	ask = servePair(t, "example.org.", "$ORIGIN example.org.\n@ 3600 IN SOA ns1.example.net. hostmaster 1 7200 1800 1209600 300\n@ 3600 IN NS ns1.example.net.\n")
+	for _, qtype := range []uint16{dns.TypeA, dns.TypeTXT} {
+		file, rp := ask("example.org.", qtype)
+		if file == nil || file.Rcode != dns.RcodeNameError {
+			t.Errorf("an apex with only SOA and NS, %s: file no longer answers NXDOMAIN (the row is obsolete?):\n%s", dns.TypeToString[qtype], brief(file))
+		}
+		if rp == nil || rp.Rcode != dns.RcodeSuccess || len(rp.Answer) != 0 || len(rp.Ns) != 1 || rp.Ns[0].Header().Rrtype != dns.TypeSOA {
+			t.Errorf("an apex with only SOA and NS, %s: routingpolicy does not answer NODATA:\n%s", dns.TypeToString[qtype], brief(rp))
 		}
 	}
 }

@@ -175,6 +175,10 @@ func parseRecordSets(b []byte, file string) ([]dns.RR, []*setSpec, []string, err
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("recordsets %s: %s: %v", file, where, err)
 		}
+		if p := rs.RoutingPolicy; s == nil && p != nil && p.HealthCheck != "" {
+			// Plain records: there is no policy for the check to steer.
+			warns = append(warns, fmt.Sprintf("%s: routingPolicy.healthCheck %q ignored: no wrr, geo or primaryBackup policy", where, p.HealthCheck))
+		}
 		records = append(records, rrs...)
 		if s != nil {
 			sets = append(sets, s)
@@ -210,7 +214,7 @@ func (rs *apiRecordSet) convert(file string) ([]dns.RR, *setSpec, error) {
 		}
 		var out []dns.RR
 		for _, rd := range rs.Rrdatas {
-			rr, err := newRR(name, ttl, qtype, rd, ".")
+			rr, err := newRR(name, ttl, qtype, rd, "") // names absolute, as an export writes them
 			if err != nil {
 				return nil, nil, err
 			}
@@ -333,4 +337,17 @@ func geoItems(g *apiGeo, rdataOf func([]string, *apiTargets) ([]string, error)) 
 		out = append(out, itemSpec{location: it.Location, rdata: rd})
 	}
 	return out, nil
+}
+
+// relativeMark is the origin hasRelativeName completes relative names with: no name of a zone
+// ends in it (RFC 6761 6.4).
+const relativeMark = "relative.invalid."
+
+// hasRelativeName reports whether the record rr, parsed from line with the root as origin, has
+// a relative name in its rdata: parsed again with relativeMark as origin it is another record.
+// Comparing the records, not the rdata's fields, covers every type that carries names.
+func hasRelativeName(rr dns.RR, line string) bool {
+	zp := dns.NewZoneParser(strings.NewReader(line), relativeMark, "")
+	again, _ := zp.Next()
+	return zp.Err() != nil || again == nil || again.String() != rr.String()
 }

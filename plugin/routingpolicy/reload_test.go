@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/plugin"
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 	"github.com/coresteer/coresteer/plugin/pkg/health"
 
@@ -171,5 +173,122 @@ func TestOldInstanceFileReloadKeepsTheNewSharesH6(t *testing.T) {
 	}
 	if got := share(); got != 0.2 {
 		t.Fatalf("share of item 0 after the new instance left: %v, want the old instance's current 0.2", got)
+	}
+}
+
+// outboundStub stands for outbound in a server block's chain: it forwards the names under zone.
+type outboundStub struct {
+	stub
+	zone string
+}
+
+func (o *outboundStub) Forwards(name string) bool { return dns.IsSubDomain(o.zone, name) }
+
+// R-ZONE-3 (regression): a policy on a name that outbound forwards in the same server block is
+// refused on a file reload as it is at startup; the reload keeps the last good data and logs why.
+// The reload checked R-SEC-1 and the checks' names, not this: it served the policy.
+func TestFileReloadRefusesForwardedNameRZone3(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "rs.yaml")
+	write := func(body string, version int) {
+		t.Helper()
+		if err := os.WriteFile(f, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		when := fixedNow.Add(time.Duration(version) * time.Second)
+		if err := os.Chtimes(f, when, when); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("- {name: www.example.org., type: A, rrdatas: [10.0.0.1]}\n", 1)
+	cfgs, err := parse(caddy.NewTestController("dns", `routingpolicy example.org {
+		reload 0
+		recordsets `+f+`
+	}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := cfgs[0].load(fixedNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := New(cfgs[0], d)
+	rp.board = health.NewBoard(countingClock())
+	conf := &dnsserver.Config{Zone: "example.org.", Port: "53"}
+	conf.AddPlugin(func(plugin.Handler) plugin.Handler { return rp })
+	conf.AddPlugin(func(next plugin.Handler) plugin.Handler {
+		return &outboundStub{stub: stub{name: "outbound", next: next}, zone: "corp.example.org."}
+	})
+	if _, err := dnsserver.NewServer("dns://:53", []*dnsserver.Config{conf}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rp.OnStartup(conf); err != nil {
+		t.Fatal(err)
+	}
+	defer rp.OnShutdown()
+
+	logs := coretest.CaptureLog(t)
+	write("- {name: db.corp.example.org., type: A, routingPolicy: {geo: {items: [{location: us-east1, rrdatas: [10.0.0.5]}]}}}\n", 2)
+	if rp.reloadIfChanged(fixedNow) {
+		t.Fatal("a policy on a name outbound forwards was loaded by a file reload")
+	}
+	if logs.Count("Reload of [example.org.] refused, serving the last good data", "db.corp.example.org./A: policies are not allowed on db.corp.example.org., which outbound forwards") != 1 {
+		t.Fatalf("the refused reload is not logged with its reason:\n%s", logs)
+	}
+	if got := addrs(ask(t, rp, "www.example.org.", dns.TypeA, "10.1.1.1")); got != "10.0.0.1" {
+		t.Fatalf("after the refused reload: %q, want the last good data", got)
+	}
+	// The same policy on a name outbound does not forward loads.
+	write("- {name: db.example.org., type: A, routingPolicy: {geo: {items: [{location: us-east1, rrdatas: [10.0.0.5]}]}}}\n", 3)
+	if !rp.reloadIfChanged(fixedNow) {
+		t.Fatal("a policy on a name outbound does not forward was refused")
+	}
+	if got := addrs(ask(t, rp, "db.example.org.", dns.TypeA, "10.1.1.1")); got != "10.0.0.5" {
+		t.Fatalf("after the reload: %q", got)
+	}
+}
+
+// Regression: the files were stamped for the reload check when the handler was made, after they
+// were read: a write between the read and the stamp was never loaded (until the file changed
+// again). The stamp is taken before the read, so such a write is loaded by the next check.
+func TestFileReloadSeesWriteDuringLoad(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "rs.yaml")
+	write := func(body string, version int) {
+		t.Helper()
+		if err := os.WriteFile(f, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		when := fixedNow.Add(time.Duration(version) * time.Second)
+		if err := os.Chtimes(f, when, when); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("- {name: www.example.org., type: A, rrdatas: [10.0.0.1]}\n", 1)
+	cfgs, err := parse(caddy.NewTestController("dns", `routingpolicy example.org {
+		reload 0
+		recordsets `+f+`
+	}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := cfgs[0].load(fixedNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Written after the read, before the handler is made (setup makes it right after load).
+	write("- {name: www.example.org., type: A, rrdatas: [10.0.0.22]}\n", 2)
+	rp := New(cfgs[0], d)
+	rp.board = health.NewBoard(countingClock())
+	if err := rp.OnStartup(nil); err != nil {
+		t.Fatal(err)
+	}
+	defer rp.OnShutdown()
+	if !rp.reloadIfChanged(fixedNow) {
+		t.Fatal("the file written while it was loaded is not reloaded")
+	}
+	if got := addrs(ask(t, rp, "www.example.org.", dns.TypeA, "10.1.1.1")); got != "10.0.0.22" {
+		t.Fatalf("after the reload: %q, want the file's second version", got)
+	}
+	if rp.reloadIfChanged(fixedNow) {
+		t.Fatal("unchanged file reloaded")
 	}
 }

@@ -45,6 +45,7 @@ type RoutingPolicy struct {
 	started bool
 	held    *holdings // what the served data declared, while started
 	dnssec  bool      // dnssec is in the server block: R-SEC-1 applies to reloaded data too
+	fwd     forwarder // outbound in the server block: reloaded data is checked against it too
 	stamps  [2]fileStamp
 	server  string // the server block, for the status page
 
@@ -61,7 +62,7 @@ func New(cfg *Config, d *data) *RoutingPolicy {
 		name := t.Name(region.ID(id))
 		rp.mdRegion[id+1] = func() string { return name }
 	}
-	rp.stamps = [2]fileStamp{stampOf(cfg.ZoneFile), stampOf(cfg.RecordSets)}
+	rp.stamps = d.stamps
 	return rp
 }
 
@@ -193,6 +194,7 @@ func (rp *RoutingPolicy) OnStartup(conf *dnsserver.Config) error {
 			}
 		}
 		if f, ok := conf.Handler("outbound").(forwarder); ok {
+			rp.fwd = f
 			if err := d.checkForwarded(f); err != nil {
 				d.release(rp.board)
 				return plugin.Error("routingpolicy", err)
@@ -256,9 +258,9 @@ func (rp *RoutingPolicy) reloadLoop(every time.Duration, stop, done chan struct{
 }
 
 // reloadIfChanged re-reads the files when one changed. A broken file keeps the last good data.
-// New data passes the checks of the Corefile's (R-ZONE-3: a check it names must be defined,
-// R-SEC-1 with dnssec) before it is declared and served; then the old data withdraws, so an address
-// the files no longer name stops being probed at once (H-6).
+// New data passes the checks of the Corefile's (R-ZONE-3: a check it names must be defined, no
+// policy on a name outbound forwards, R-SEC-1 with dnssec) before it is declared and served; then
+// the old data withdraws, so an address the files no longer name stops being probed at once (H-6).
 func (rp *RoutingPolicy) reloadIfChanged(now time.Time) bool {
 	stamps := [2]fileStamp{stampOf(rp.cfg.ZoneFile), stampOf(rp.cfg.RecordSets)}
 	rp.mu.Lock()
@@ -279,6 +281,11 @@ func (rp *RoutingPolicy) reloadIfChanged(now time.Time) bool {
 	}
 	if err := d.checkChecks(rp.demand); err != nil {
 		return refuse("refused", err)
+	}
+	if rp.fwd != nil {
+		if err := d.checkForwarded(rp.fwd); err != nil {
+			return refuse("refused", err)
+		}
 	}
 	if !rp.started {
 		rp.data.Store(d) // OnStartup will acquire and declare it

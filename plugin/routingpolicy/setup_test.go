@@ -32,7 +32,6 @@ func TestParseErrors(t *testing.T) {
 		{"outside zone", `wrr www.example.net. A 60 "1=10.0.0.1"`, `outside the zones`},
 		{"duplicate set", "wrr www A 60 \"1=10.0.0.1\"\ngeo www A 60 \"us-east1=10.0.0.2\"", `record set defined twice`},
 		{"policy and plain", "record www A 60 10.0.0.3\nwrr www A 60 \"1=10.0.0.1\"", `record set defined twice`},
-		{"duplicate record", "record www A 60 10.0.0.3\nrecord www A 60 10.0.0.3", `given twice`},
 		{"cname and data", "record www CNAME 60 a\nrecord www A 60 10.0.0.3", `CNAME and other data`},
 		{"unknown property", `weighted www`, `unknown property "weighted"`},
 		{"ttl", `wrr www A sixty "1=10.0.0.1"`, `TTL "sixty" is not a number`},

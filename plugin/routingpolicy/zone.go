@@ -84,6 +84,7 @@ func (n *node) plain(qtype uint16) []dns.RR {
 type data struct {
 	zones    []*zone
 	policies []*policy
+	stamps   [2]fileStamp // of the zone file and record-set file it was read from (Config.load)
 }
 
 // match returns the zone qname (lower case, fully qualified) belongs to, the longest origin

@@ -8,11 +8,14 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/coredns/coredns/plugin/file"
+	"github.com/coredns/coredns/plugin/pkg/dnstest"
+	"github.com/coredns/coredns/plugin/pkg/fall"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/coredns/coredns/request"
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
@@ -473,7 +476,7 @@ func TestZoneChecksEverySource(t *testing.T) {
 		{"", `[{"name": "www.example.net.", "type": "A", "rrdatas": ["192.0.2.1"]}]`, "outside the zones"},
 		{"sub 60 NS ns.example.net.\n", `[{"name": "www.sub.example.org.", "type": "A", "routingPolicy": {"wrr": {"items": [{"weight": 1, "rrdatas": ["192.0.2.1"]}]}}}]`, "under the zone cut sub.example.org."},
 	} {
-		write(zf, "$ORIGIN example.org.\n"+tc.zone, fixedNow)
+		write(zf, "$ORIGIN example.org.\n@ 60 NS ns.example.net.\n"+tc.zone, fixedNow)
 		write(rs, tc.rs, fixedNow)
 		err := loadErr("routingpolicy example.org {\n zonefile " + zf + "\n recordsets " + rs + "\n}")
 		if err == nil || !strings.Contains(err.Error(), tc.err) {
@@ -482,11 +485,11 @@ func TestZoneChecksEverySource(t *testing.T) {
 	}
 
 	// A reload that brings a loop keeps the last good data and logs why.
-	write(zf, "$ORIGIN example.org.\na 60 CNAME b\nb 60 A 192.0.2.1\n", fixedNow)
+	write(zf, "$ORIGIN example.org.\n@ 60 NS ns.example.net.\na 60 CNAME b\nb 60 A 192.0.2.1\n", fixedNow)
 	write(rs, "[]", fixedNow)
 	rp, _ := newTest(t, "routingpolicy example.org {\n reload 0\n zonefile "+zf+"\n recordsets "+rs+"\n}")
 	logs := coretest.CaptureLog(t)
-	write(zf, "$ORIGIN example.org.\na 60 CNAME b\nb 60 CNAME a\n", fixedNow.Add(time.Second))
+	write(zf, "$ORIGIN example.org.\n@ 60 NS ns.example.net.\na 60 CNAME b\nb 60 CNAME a\n", fixedNow.Add(time.Second))
 	if rp.reloadIfChanged(fixedNow) {
 		t.Fatal("a zone file with a CNAME loop was loaded")
 	}
@@ -542,7 +545,7 @@ func TestZoneEscapedNames(t *testing.T) {
 	// query carries as \DDD; case is ASCII only (RFC 4343). Regression: lower-casing them as UTF-8
 	// changed them (and an invalid octet into three).
 	zf := filepath.Join(t.TempDir(), "db")
-	if err := os.WriteFile(zf, []byte("$ORIGIN example.org.\n$TTL 60\ncaf\xc3\xa9 A 192.0.2.4\n\xc3\x9cber A 192.0.2.5\nx\xff A 192.0.2.6\n"), 0o600); err != nil {
+	if err := os.WriteFile(zf, []byte("$ORIGIN example.org.\n$TTL 60\n@ NS ns.example.net.\ncaf\xc3\xa9 A 192.0.2.4\n\xc3\x9cber A 192.0.2.5\nx\xff A 192.0.2.6\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	rp, _ = newTest(t, "routingpolicy example.org {\n zonefile "+zf+"\n}")
@@ -669,17 +672,195 @@ func TestZoneRefusedWhereFileLoads(t *testing.T) {
 		{"www.example.net. A 192.0.2.1\n", "outside the zones"},
 		{"@ SOA ns2 h 2 2 3 4 5\n", "second SOA"},
 		{"a CNAME\n", "no rdata"},
+		{"chx CH TXT \"chaos\"\n", "only class IN is served"},
 		{"$INCLUDE " + inc + "\n", "$INCLUDE"},
+		{"$ORIGIN example.org.\n$TTL 60\n@ SOA ns1 h 1 2 3 4 5\nwww A 192.0.2.1\n", "has no NS records at the apex of example.org."},
 	} {
-		if _, err := file.Parse(strings.NewReader(head+tc.data), "example.org.", filepath.Join(dir, "db"), 0); err != nil {
+		text := head + tc.data
+		if strings.HasPrefix(tc.data, "$ORIGIN") {
+			text = tc.data // a whole file, without head's NS
+		}
+		if _, err := file.Parse(strings.NewReader(text), "example.org.", filepath.Join(dir, "db"), 0); err != nil {
 			t.Errorf("%q: file no longer loads it (%v): README's row is obsolete", tc.data, err)
 		}
 		zf := filepath.Join(dir, "db")
-		if err := os.WriteFile(zf, []byte(head+tc.data), 0o600); err != nil {
+		if err := os.WriteFile(zf, []byte(text), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		if err := loadErr("routingpolicy example.org {\n zonefile " + zf + "\n}"); err == nil || !strings.Contains(err.Error(), tc.err) {
 			t.Errorf("%q: error %v, want %q", tc.data, err, tc.err)
+		}
+	}
+}
+
+// TestZoneClassINOnlyRZone3: R-ZONE-3, regression: a record of a class other than IN in a zone
+// file (`chx CH TXT "chaos"`) was rewritten to IN and answered so. It is refused at load, naming
+// the record, whatever the source; the inline and record-set parsers give IN only.
+func TestZoneClassINOnlyRZone3(t *testing.T) {
+	zf := filepath.Join(t.TempDir(), "db")
+	if err := os.WriteFile(zf, []byte("$ORIGIN example.org.\n$TTL 60\n@ SOA ns1 h 1 2 3 4 5\n@ NS ns1\nchx CH TXT \"chaos\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := loadErr("routingpolicy example.org {\n zonefile " + zf + "\n}")
+	if err == nil || !strings.Contains(err.Error(), `record "chx.example.org.\t60\tCH\tTXT\t\"chaos\""`) || !strings.Contains(err.Error(), "only class IN is served") {
+		t.Fatalf("a CH record in a zone file: %v, want an error naming it", err)
+	}
+	for _, class := range []uint16{dns.ClassCHAOS, dns.ClassHESIOD, dns.ClassANY, 0} {
+		rr := &dns.A{Hdr: dns.RR_Header{Name: "a.example.org.", Rrtype: dns.TypeA, Class: class, Ttl: 60}, A: net.IPv4(192, 0, 2, 1)}
+		if _, err := build([]string{"example.org."}, mustLocator(t), testSource([]dns.RR{rr}), nil, fixedNow); err == nil || !strings.Contains(err.Error(), "only class IN is served") {
+			t.Errorf("class %s given to build: %v, want an error", dns.Class(class), err)
+		}
+	}
+	// What the other sources give is IN.
+	inline, err := parseRecord([]string{"chx", "TXT", "60", "chaos"}, "example.org.")
+	if err != nil || inline.Header().Class != dns.ClassINET {
+		t.Errorf("inline record: %v, %v", inline, err)
+	}
+	rrs, _, _, err := parseRecordSets([]byte(`[{"name": "chx.example.org.", "type": "TXT", "rrdatas": ["\"chaos\""]}]`), "rs.json")
+	if err != nil || len(rrs) != 1 || rrs[0].Header().Class != dns.ClassINET {
+		t.Errorf("record-set file: %v, %v", rrs, err)
+	}
+}
+
+// TestZoneDuplicatesDroppedRZone3: R-ZONE-3 and RFC 2181 5, regression: a record given twice
+// (same owner, class, type and rdata; case and TTL aside, as dns.IsDuplicate compares them)
+// made the zone refuse to load, where file loads it. The later copy is dropped with a warning
+// that names it and where it came from, and the answer has the record once.
+func TestZoneDuplicatesDroppedRZone3(t *testing.T) {
+	zf := filepath.Join(t.TempDir(), "db.example.org")
+	if err := os.WriteFile(zf, []byte("$ORIGIN example.org.\n$TTL 60\n@ SOA ns1 h 1 2 3 4 5\n@ NS ns1\n@ NS ns1\nd A 192.0.2.1\nd 120 A 192.0.2.1\nD A 192.0.2.1\nd A 192.0.2.2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logs := coretest.CaptureLog(t)
+	rp, _ := newTest(t, `routingpolicy example.org {
+		zonefile `+zf+`
+		record d A 300 192.0.2.2
+		record t TXT 60 "x y"
+		record t TXT 60 "x y"
+	}`)
+	if got := addrs(ask(t, rp, "d.example.org.", dns.TypeA, "10.1.1.1")); got != "192.0.2.1,192.0.2.2" {
+		t.Errorf("d A: %s, want each address once", got)
+	}
+	if m := ask(t, rp, "t.example.org.", dns.TypeTXT, "10.1.1.1"); len(m.Answer) != 1 {
+		t.Errorf("t TXT: %v, want the record once", m.Answer)
+	}
+	if m := ask(t, rp, "example.org.", dns.TypeNS, "10.1.1.1"); len(m.Answer) != 1 {
+		t.Errorf("apex NS: %v, want the record once", m.Answer)
+	}
+	for _, w := range []struct{ rr, from string }{
+		{"example.org.\t60\tIN\tNS\tns1.example.org.", zf},
+		{"d.example.org.\t120\tIN\tA\t192.0.2.1", zf},
+		{"d.example.org.\t60\tIN\tA\t192.0.2.1", zf},
+		{"d.example.org.\t60\tIN\tA\t192.0.2.2", zf}, // the Corefile's came first
+		{"t.example.org.\t60\tIN\tTXT\t\"x y\"", "the Corefile"},
+	} {
+		if n := logs.Count("[WARNING] plugin/routingpolicy: Record " + strconv.Quote(w.rr) + " from " + w.from + " is given twice: dropped (RFC 2181 5)"); n != 1 {
+			t.Errorf("warnings about %s from %s: %d, want 1:\n%s", w.rr, w.from, n, logs)
+		}
+	}
+}
+
+// TestZoneFileApexNSRZone3: R-ZONE-3, regression: a zone file without NS records at its apex
+// was served with an NS record invented from the SOA's MNAME. A master file gives its zone's NS
+// records (RFC 1035 5.2, RFC 1034 4.2.1): it is refused at load, unless the Corefile gives them.
+// A record-set file that gives a zone's SOA but no NS is refused the same way; one that gives
+// neither, and inline data, keep the documented synthesis (NS: the SOA's MNAME).
+func TestZoneFileApexNSRZone3(t *testing.T) {
+	dir := t.TempDir()
+	zf, rs := filepath.Join(dir, "db"), filepath.Join(dir, "rs.json")
+	write := func(f, s string) {
+		t.Helper()
+		if err := os.WriteFile(f, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(zf, "$ORIGIN example.org.\n$TTL 60\n@ SOA ns9.example.net. h 1 2 3 4 5\nwww A 192.0.2.1\n")
+	err := loadErr("routingpolicy example.org {\n zonefile " + zf + "\n}")
+	if err == nil || !strings.Contains(err.Error(), "zonefile "+zf+" has no NS records at the apex of example.org.") {
+		t.Errorf("a zone file without apex NS: %v", err)
+	}
+	// Nor from a zone file whose records fill a second zone of the block.
+	write(zf, "$ORIGIN example.org.\n$TTL 60\n@ SOA ns1 h 1 2 3 4 5\n@ NS ns1\nwww.sub A 192.0.2.1\n")
+	err = loadErr("routingpolicy example.org sub.example.org {\n zonefile " + zf + "\n}")
+	if err == nil || !strings.Contains(err.Error(), "has no NS records at the apex of sub.example.org.") {
+		t.Errorf("a zone file without the apex NS of the second zone: %v", err)
+	}
+	// The Corefile may give them.
+	write(zf, "$ORIGIN example.org.\n$TTL 60\n@ SOA ns9.example.net. h 1 2 3 4 5\nwww A 192.0.2.1\n")
+	rp, _ := newTest(t, "routingpolicy example.org {\n zonefile "+zf+"\n record @ NS 3600 ns2.example.net.\n}")
+	if m := ask(t, rp, "example.org.", dns.TypeNS, "10.1.1.1"); len(m.Answer) != 1 || m.Answer[0].(*dns.NS).Ns != "ns2.example.net." {
+		t.Errorf("apex NS given in the Corefile: %v", m.Answer)
+	}
+	// A record-set file with the SOA and no NS.
+	write(rs, `[{"name": "example.org.", "type": "SOA", "rrdatas": ["ns9.example.net. h.example.org. 1 2 3 4 5"]}, {"name": "www.example.org.", "type": "A", "rrdatas": ["192.0.2.1"]}]`)
+	err = loadErr("routingpolicy example.org {\n recordsets " + rs + "\n}")
+	if err == nil || !strings.Contains(err.Error(), "recordsets "+rs+" gives the SOA of example.org. but no NS records at its apex") {
+		t.Errorf("a record-set file with the SOA and no NS: %v", err)
+	}
+	// Inline, the NS is synthesized from the SOA's MNAME.
+	rp, _ = newTest(t, `routingpolicy example.org {
+		record @ SOA 3600 ns9.example.net. h.example.org. 1 2 3 4 5
+	}`)
+	if m := ask(t, rp, "example.org.", dns.TypeNS, "10.1.1.1"); len(m.Answer) != 1 || m.Answer[0].(*dns.NS).Ns != "ns9.example.net." {
+		t.Errorf("inline SOA, no NS: %v, want NS ns9.example.net. synthesized", m.Answer)
+	}
+	// A record-set file with neither: SOA and NS synthesized, as inline.
+	write(rs, `[{"name": "www.example.org.", "type": "A", "rrdatas": ["192.0.2.1"]}]`)
+	rp, _ = newTest(t, "routingpolicy example.org {\n recordsets "+rs+"\n}")
+	if m := ask(t, rp, "example.org.", dns.TypeNS, "10.1.1.1"); len(m.Answer) != 1 || m.Answer[0].(*dns.NS).Ns != "ns1.example.org." {
+		t.Errorf("record-set file without SOA and NS: %v, want NS ns1.example.org. synthesized", m.Answer)
+	}
+}
+
+// TestZoneFallthroughRZone1: R-ZONE-1, README's "Differences from file" row for `fallthrough`:
+// a name that does not exist (NXDOMAIN) is passed to the next plugin, as file passes it; an empty
+// non-terminal exists (RFC 4592 2.2.2, RFC 8020) and is answered NODATA, where file passes it on
+// too. file is asked as well, so the row fails here when file changes.
+func TestZoneFallthroughRZone1(t *testing.T) {
+	const text = "$ORIGIN example.org.\n$TTL 60\n@ SOA ns1 h 1 2 3 4 5\n@ NS ns1\nns1 A 192.0.2.1\na.b A 192.0.2.2\n"
+	passed := map[string]bool{}
+	next := test.HandlerFunc(func(_ context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+		passed[r.Question[0].Name] = true
+		m := new(dns.Msg)
+		m.SetRcode(r, dns.RcodeRefused)
+		w.WriteMsg(m)
+		return dns.RcodeRefused, nil
+	})
+	z, err := file.Parse(strings.NewReader(text), "example.org.", "db", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := file.File{Next: next, Zones: file.Zones{Z: map[string]*file.Zone{"example.org.": z}, Names: []string{"example.org."}}, Fall: fall.Root}
+	zf := filepath.Join(t.TempDir(), "db")
+	if err := os.WriteFile(zf, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rp, _ := newTest(t, "routingpolicy example.org {\n zonefile "+zf+"\n fallthrough\n}")
+	rp.Next = next
+	for _, tc := range []struct {
+		name             string
+		filePass, rpPass bool
+	}{
+		{"nx.example.org.", true, true},
+		{"b.example.org.", true, false}, // the empty non-terminal
+		{"a.b.example.org.", false, false},
+	} {
+		m := new(dns.Msg)
+		m.SetQuestion(tc.name, dns.TypeAAAA)
+		clear(passed)
+		if _, err := f.ServeDNS(context.Background(), dnstest.NewRecorder(&test.ResponseWriter{}), m); err != nil {
+			t.Fatal(err)
+		}
+		if passed[tc.name] != tc.filePass {
+			t.Errorf("%s: file passes it on: %v, want %v (README's row is obsolete?)", tc.name, passed[tc.name], tc.filePass)
+		}
+		clear(passed)
+		a := askMsg(t, rp, m, "10.1.1.1")
+		if passed[tc.name] != tc.rpPass {
+			t.Errorf("%s: routingpolicy passes it on: %v, want %v", tc.name, passed[tc.name], tc.rpPass)
+		}
+		if !tc.rpPass && (a.Rcode != dns.RcodeSuccess || len(a.Answer) != 0 || len(a.Ns) != 1 || a.Ns[0].Header().Rrtype != dns.TypeSOA) {
+			t.Errorf("%s: routingpolicy answers %v, want NODATA", tc.name, a)
 		}
 	}
 }
