@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -557,28 +556,24 @@ func packable(rr dns.RR) error {
 		if _, hdr, err := dns.UnpackDomainName(buf, 0); err == nil && off == hdr+10 {
 			return fmt.Errorf("no rdata (a %s record needs some)", dns.TypeToString[rr.Header().Rrtype])
 		}
-	}
-	// A record whose data is cut short (a last line `www SRV` parses as SRV 0 0 0 with an empty
-	// target, RFC 2136's form for a deletion) would be written with the root as that name.
-	if f := emptyName(rr); f != "" {
-		return fmt.Errorf("incomplete rdata: the %s field is empty", f)
+		// The parser's form of a record without data (a last line `www SRV` or ` CAA` parses as
+		// RFC 2136's deletion form, every field zero: SRV 0 0 0 with no target, CAA 0 "" "")
+		// packs to a few octets of nonsense: refuse it as the records above.
+		if emptyForm(rr) {
+			return fmt.Errorf("no rdata (a %s record needs some; read as its empty form %q)", dns.TypeToString[rr.Header().Rrtype], rr.String())
+		}
 	}
 	return nil
 }
 
-// emptyName returns the name of the first domain-name field of rr's data that is empty (not even
-// the root, "."), or "". miekg/dns tags those fields `dns:"domain-name"` or `dns:"cdomain-name"`.
-func emptyName(rr dns.RR) string {
-	v := reflect.ValueOf(rr)
-	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
-		return ""
+// emptyForm reports whether rr's data is the zero value of its type: what miekg/dns's zone parser
+// gives for a record written without data.
+func emptyForm(rr dns.RR) bool {
+	newRR, ok := dns.TypeToRR[rr.Header().Rrtype]
+	if !ok {
+		return false
 	}
-	v = v.Elem()
-	for i := range v.NumField() {
-		f := v.Type().Field(i)
-		if tag := f.Tag.Get("dns"); strings.HasSuffix(tag, "domain-name") && f.Type.Kind() == reflect.String && v.Field(i).String() == "" {
-			return strings.ToLower(f.Name)
-		}
-	}
-	return ""
+	zero := newRR()
+	*zero.Header() = *rr.Header()
+	return zero.String() == rr.String()
 }

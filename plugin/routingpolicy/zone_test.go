@@ -642,8 +642,28 @@ func TestZoneRecordWithoutRdata(t *testing.T) {
 	if err := os.WriteFile(zf, []byte("$ORIGIN example.org.\n$TTL 0\n0 srv"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := loadErr("routingpolicy example.org {\n zonefile " + zf + "\n}"); err == nil || !strings.Contains(err.Error(), "incomplete rdata: the target field is empty") {
+	if err := loadErr("routingpolicy example.org {\n zonefile " + zf + "\n}"); err == nil || !strings.Contains(err.Error(), "no rdata (a SRV record needs some") {
 		t.Errorf("an SRV without a target on the last line of a zone file: %v", err)
+	}
+	// The same empty form for types whose fields are not names: ` CAA` as the last line
+	// (crasher caa-empty-form-last-line: loaded as CAA 0 "" ""), and an HTTPS record with empty
+	// rdata in a record-set file (HTTPS embeds SVCB: a check of its name fields missed it).
+	if err := os.WriteFile(zf, []byte("$ORIGIN example.org.\n$TTL 0\n0 TXT \"\"\"0000\"\n CAA"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := loadErr("routingpolicy example.org {\n zonefile " + zf + "\n}"); err == nil || !strings.Contains(err.Error(), "no rdata (a CAA record needs some") {
+		t.Errorf("a CAA without data on the last line of a zone file: %v", err)
+	}
+	rs := filepath.Join(t.TempDir(), "rs.json")
+	if err := os.WriteFile(rs, []byte(`[{"name":"www.example.org.","type":"HTTPS","ttl":60,"rrdatas":[""]}]`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := loadErr("routingpolicy example.org {\n recordsets " + rs + "\n}"); err == nil || !strings.Contains(err.Error(), "HTTPS") {
+		t.Errorf("an HTTPS record with empty rdata in a record-set file: %v", err)
+	}
+	// Data that is all zeros but written is data: SRV 0 0 0 . ("no service", RFC 2782) loads.
+	if err := loadErr("routingpolicy example.org {\n record _x._tcp SRV 60 \"0 0 0 .\"\n}"); err != nil {
+		t.Errorf("SRV 0 0 0 . refused: %v", err)
 	}
 }
 
