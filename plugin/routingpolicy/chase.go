@@ -46,6 +46,12 @@ func chase(ctx context.Context, state *request.Request, rep *reply, z *zone) {
 	for _, rr := range m.Answer {
 		rep.an = append(rep.an, part{rr: rr})
 	}
+	// The records found may depend on the client's subnet (a geo policy of another zone of the
+	// block, an upstream that honours ECS): their scope is the answer's (L-1).
+	rep.ecs = subnetScope(m)
+	// The lookup went out with the client's size: what it cut off is missing here too, and a
+	// resolver must not cache the partial set as whole (RFC 2181 9). file drops the bit.
+	rep.tc = m.Truncated
 	// As file: the in-zone addresses of MX, SRV, SVCB and HTTPS targets among what was found.
 	if extra := z.additional(m.Answer); len(extra) > 0 {
 		if p, err := pack(extra); err == nil {
@@ -73,6 +79,20 @@ func lastRecord(rep *reply) dns.RR {
 	}
 	if rrs := pt.p.rrs; len(rrs) > 0 {
 		return rrs[len(rrs)-1]
+	}
+	return nil
+}
+
+// subnetScope returns m's client-subnet option when it has a scope (RFC 7871 7.2.1), or nil.
+func subnetScope(m *dns.Msg) *dns.EDNS0_SUBNET {
+	o := m.IsEdns0()
+	if o == nil {
+		return nil
+	}
+	for _, opt := range o.Option {
+		if e, ok := opt.(*dns.EDNS0_SUBNET); ok && e.SourceScope > 0 {
+			return e
+		}
 	}
 	return nil
 }

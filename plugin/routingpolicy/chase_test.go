@@ -2,8 +2,10 @@ package routingpolicy_test
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
@@ -23,7 +25,7 @@ func TestChaseOutOfZoneRZone1(t *testing.T) {
 example.net. 3600 IN NS ns.example.net.
 www.example.net. 300 IN A 198.51.100.12
 mx.example.net. 300 IN MX 10 mail.example.org.
-`), 0o600); err != nil {
+`+bigTXT("big.example.net.", 5)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	port := coretest.FreePort(t)
@@ -38,6 +40,7 @@ mx.example.net. 300 IN MX 10 mail.example.org.
 		record tomx CNAME 300 mx.example.net.
 		record mail A 300 192.0.2.25
 		record away CNAME 300 www.example.invalid.
+		record tobig CNAME 300 big.example.net.
 		record loop CNAME 300 loop.example.com.
 		record loop.example.com. CNAME 300 loop.example.org.
 		wrr pol CNAME 300 "1=www.example.net."
@@ -92,9 +95,16 @@ mx.example.net. 300 IN MX 10 mail.example.org.
 			t.Errorf("%s: additional %v, want %d records", tc.name, r.Extra, tc.extra)
 		}
 	}
+	// Five TXT records of 180 octets do not fit a 512-octet answer: the lookup through the
+	// server keeps two and sets TC; the CNAME and those two fit, and the answer says it is
+	// truncated (file's would not).
+	r := ask("tobig.example.org.", dns.TypeTXT)
+	if !r.Truncated || len(r.Answer) != 3 {
+		t.Errorf("tobig TXT without EDNS: TC %v with %d records, want TC and the CNAME with what fitted:\n%v", r.Truncated, len(r.Answer), r)
+	}
 	// The loop: loop.example.org → loop.example.com → loop.example.org ..., each step a pass
 	// through the server (the other zone); the 9th pass is SERVFAIL, and the CNAMEs so far.
-	r := ask("loop.example.org.", dns.TypeA)
+	r = ask("loop.example.org.", dns.TypeA)
 	if r.Rcode != dns.RcodeServerFailure || len(r.Answer) != 9 {
 		t.Errorf("loop: %s with %d CNAMEs, want SERVFAIL with 9:\n%v", dns.RcodeToString[r.Rcode], len(r.Answer), r)
 	}
@@ -104,4 +114,58 @@ mx.example.net. 300 IN MX 10 mail.example.org.
 func rdata(rr dns.RR) string {
 	h := rr.Header().String()
 	return rr.String()[len(h):]
+}
+
+// TestChaseKeepsECSScopeL1: L-1 through a chase: a CNAME to a geo policy of another zone of the
+// block, asked with a client subnet, is answered with the policy's choice for that subnet and
+// carries the scope (RFC 7871 7.2.1), as the policy's own name does; without it a resolver
+// would cache one region's address for every client.
+func TestChaseKeepsECSScopeL1(t *testing.T) {
+	port := coretest.FreePort(t)
+	s, err := coretest.New(fmt.Sprintf(`example.org:%[1]s example.net:%[1]s {
+	bind 127.0.0.1
+	routingpolicy example.org example.net {
+		public
+		region us-east1
+		subnet europe-west1 10.2.0.0/16
+		record www CNAME 300 app.example.net.
+		geo app.example.net. A 60 "us-east1=192.0.2.1;europe-west1=192.0.2.2"
+	}
+}`, port))
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	t.Cleanup(s.Stop)
+	for _, name := range []string{"app.example.net.", "www.example.org."} {
+		m := new(dns.Msg)
+		m.SetQuestion(name, dns.TypeA)
+		m.SetEdns0(1232, false)
+		m.IsEdns0().Option = append(m.IsEdns0().Option, &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: 1, SourceNetmask: 24, Address: net.ParseIP("10.2.3.0").To4()})
+		r, err := dns.Exchange(m, "127.0.0.1:"+port)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		last, _ := r.Answer[len(r.Answer)-1].(*dns.A)
+		if last == nil || last.A.String() != "192.0.2.2" {
+			t.Errorf("%s from 10.2.3.0/24: %v, want europe-west1's 192.0.2.2", name, r.Answer)
+		}
+		var scope *dns.EDNS0_SUBNET
+		if o := r.IsEdns0(); o != nil {
+			for _, opt := range o.Option {
+				scope, _ = opt.(*dns.EDNS0_SUBNET)
+			}
+		}
+		if scope == nil || scope.SourceScope != 24 {
+			t.Errorf("%s: ECS in the answer %v, want scope 24", name, scope)
+		}
+	}
+}
+
+// bigTXT returns n TXT records at name, of 180 octets of text each.
+func bigTXT(name string, n int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "%s 300 IN TXT \"%d%s\"\n", name, i, strings.Repeat("x", 179))
+	}
+	return b.String()
 }

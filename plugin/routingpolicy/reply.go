@@ -25,6 +25,12 @@ type reply struct {
 	// restarts counts the fresh lookups of the answer's CNAME chain, file's count through the
 	// server (dnsserver.LoopKey), from the count the query came with.
 	restarts int
+	// tc is set when the records a chase added were cut short (the lookup through the server
+	// truncated them to the client's size): the answer is truncated too (TC, RFC 2181 9).
+	tc bool
+	// ecs is the client-subnet option with the scope of the records a chase added (chase.go),
+	// when the lookup through the server gave one (L-1, RFC 7871 7.2.1).
+	ecs *dns.EDNS0_SUBNET
 }
 
 // part is a run of the answer section: records of the zone, or one record made for this query.
@@ -86,6 +92,7 @@ func (rep *reply) msg(r *dns.Msg) *dns.Msg {
 	m.SetReply(r)
 	m.Authoritative = rep.authoritative()
 	m.Rcode = rep.rcode
+	m.Truncated = rep.tc
 	n := 0
 	for i := range rep.an {
 		if rep.an[i].rr != nil {

@@ -119,6 +119,11 @@ func (rp *RoutingPolicy) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *
 			rp.logAnswer(state, used[:rep.n], src.region())
 		}
 	}
+	if ecs == nil {
+		// What a chase found used the client's subnet: the answer carries its scope. (Both come
+		// from the query's option, so when both are set they are the same.)
+		ecs = rep.ecs
+	}
 	if rp.packed {
 		var ok bool
 		if buf, ok = writePacked(w, r, rep, ecs, buf, &sc.direct); ok {

@@ -239,8 +239,8 @@ const (
 
 // appendReply appends the message of writePacked to b; ok is false when it cannot.
 func appendReply(b []byte, r *dns.Msg, rep *reply, ecs *dns.EDNS0_SUBNET) (_ []byte, ok bool) {
-	if len(r.Question) == 0 || rep.rcode > 0xF {
-		return b, false
+	if len(r.Question) == 0 || rep.rcode > 0xF || rep.tc {
+		return b, false // rep.tc: rare, WriteMsg sets TC
 	}
 	// dns.Msg.SetReply: ID, opcode, RD and CD copied for a QUERY.
 	bits := uint16(r.Opcode)<<11 | uint16(rep.rcode) | flagQR //nolint:gosec // rcode checked, opcode is 4 bits
