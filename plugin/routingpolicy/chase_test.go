@@ -169,3 +169,38 @@ func bigTXT(name string, n int) string {
 	}
 	return b.String()
 }
+
+// TestChaseIntoInnerZoneRZone1: R-ZONE-1, RFC 1034 4.3.2 step 3a (a CNAME's target is searched
+// for from step 1, in the nearest zone): a CNAME of example.org to a name of sub.example.org,
+// another zone of the same block, is answered from sub.example.org, not looked up among
+// example.org's names (where it was NXDOMAIN, or a wildcard of example.org's).
+func TestChaseIntoInnerZoneRZone1(t *testing.T) {
+	port := coretest.FreePort(t)
+	s, err := coretest.New(fmt.Sprintf(`example.org:%[1]s sub.example.org:%[1]s {
+	bind 127.0.0.1
+	routingpolicy example.org sub.example.org {
+		record www CNAME 300 app.sub.example.org.
+		record * TXT 300 "example.org's wildcard"
+		record app.sub.example.org. A 300 192.0.2.7
+		record app.sub.example.org. TXT 300 "sub"
+	}
+}`, port))
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	t.Cleanup(s.Stop)
+	for _, tc := range []struct {
+		qtype uint16
+		last  string
+	}{{dns.TypeA, "192.0.2.7"}, {dns.TypeTXT, `"sub"`}} {
+		m := new(dns.Msg)
+		m.SetQuestion("www.example.org.", tc.qtype)
+		r, err := dns.Exchange(m, "127.0.0.1:"+port)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 2 || !strings.HasSuffix(r.Answer[1].String(), tc.last) {
+			t.Errorf("www.example.org. %s: %s %v, want the CNAME and %s", dns.TypeToString[tc.qtype], dns.RcodeToString[r.Rcode], r.Answer, tc.last)
+		}
+	}
+}

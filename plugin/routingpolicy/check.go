@@ -147,13 +147,13 @@ func (z *zone) checkLoops() error {
 	return nil
 }
 
-// next returns the in-zone names a lookup of name goes on with: every target of its CNAME set
-// (every item of a policy), or the DNAME substitution, with the node of the DNAME.
+// next returns the names of the zone (z.holds) a lookup of name goes on with: every target of
+// its CNAME set (every item of a policy), or the DNAME substitution, with the node of the DNAME.
 func (z *zone) next(name string) ([]string, *node) {
 	n, how := z.locate(name, dns.TypeA)
 	switch how {
 	case substitute:
-		if t, ok := substitute6672(name, n.name, n.dtarget); ok && inZone(t, z.origin) {
+		if t, ok := substitute6672(name, n.name, n.dtarget); ok && z.holds(t) {
 			return []string{t}, n
 		}
 		return nil, nil
@@ -167,7 +167,7 @@ func (z *zone) next(name string) ([]string, *node) {
 	}
 	var out []string
 	add := func(rr dns.RR) {
-		if t := canonicalName(rr.(*dns.CNAME).Target); inZone(t, z.origin) {
+		if t := canonicalName(rr.(*dns.CNAME).Target); z.holds(t) {
 			out = append(out, t)
 		}
 	}

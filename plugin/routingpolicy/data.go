@@ -62,6 +62,11 @@ func build(origins []string, loc *region.Locator, srcs []recordSource, sets []*s
 	d := &data{}
 	for _, o := range origins {
 		z := &zone{origin: o, names: make(map[string]*node)}
+		for _, p := range origins {
+			if p != o && inZone(p, o) {
+				z.inner = append(z.inner, p)
+			}
+		}
 		d.zones = append(d.zones, z)
 	}
 	nodeOf := func(z *zone, name string) *node {

@@ -66,7 +66,9 @@ func (z *zone) lookup(rep *reply, qname string, qtype uint16, src *source, rnd f
 		if step > 0 && how != delegation {
 			if how != exact || !z.held(n) || qtype == dns.TypeNS || qtype == dns.TypeSOA && name == z.origin {
 				// file looks this name up afresh.
-				if rep.restarts++; rep.restarts > maxRestarts {
+				// file answers its apex SOA and NS before it counts (file's Lookup).
+				apex := name == z.origin && (qtype == dns.TypeNS || qtype == dns.TypeSOA)
+				if rep.restarts++; rep.restarts > maxRestarts && !apex {
 					rep.rcode = dns.RcodeServerFailure
 					rep.ns = &z.ns
 					return
@@ -110,7 +112,7 @@ func (z *zone) lookup(rep *reply, qname string, qtype uint16, src *source, rnd f
 				Hdr:    dns.RR_Header{Name: name, Rrtype: dns.TypeCNAME, Class: dns.ClassINET, Ttl: n.dname.Hdr.Ttl},
 				Target: written,
 			}})
-			if qtype == dns.TypeCNAME || !inZone(target, z.origin) {
+			if qtype == dns.TypeCNAME || !z.holds(target) {
 				rep.ns = &z.ns
 				rep.out = qtype != dns.TypeCNAME // the target is looked up through the server (chase.go)
 				return
@@ -162,9 +164,9 @@ func (z *zone) lookup(rep *reply, qname string, qtype uint16, src *source, rnd f
 			rep.ns, rep.extra = &z.ns, extra
 			return
 		}
-		// Chase an in-zone CNAME; an out-of-zone target is looked up through the server, as file
-		// does (ServeDNS, chase.go).
-		if target == "" || !inZone(target, z.origin) {
+		// Chase an in-zone CNAME; a target outside the zone (or in a zone of the block below it)
+		// is looked up through the server, as file does (ServeDNS, chase.go).
+		if target == "" || !z.holds(target) {
 			rep.ns = &z.ns
 			rep.out = target != ""
 			return

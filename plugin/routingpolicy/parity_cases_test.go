@@ -279,3 +279,28 @@ dup 120 IN A 192.0.2.13
 		}
 	}
 }
+
+// TestZoneLoopGuardSparesApexRZone1: R-ZONE-1: file's loop guard (the 9th fresh lookup is
+// SERVFAIL) comes after its answer for the apex SOA and NS: an NS query on a chain of nine
+// CNAMEs to the apex (every step of an NS query is a fresh lookup) gets the CNAMEs and the apex
+// NS set from both, not SERVFAIL; the same chain to another name is SERVFAIL in both.
+func TestZoneLoopGuardSparesApexRZone1(t *testing.T) {
+	zone := `$ORIGIN example.org.
+@ 3600 IN SOA ns1 hostmaster 1 7200 1800 1209600 300
+@ 3600 IN NS ns1
+ns1 3600 IN A 192.0.2.53
+www 300 IN A 192.0.2.1
+`
+	for i := 1; i <= 9; i++ {
+		zone += fmt.Sprintf("a%d 300 IN CNAME a%d\nb%d 300 IN CNAME b%d\n", i, i+1, i, i+1)
+	}
+	zone += "a10 300 IN CNAME @\nb10 300 IN CNAME www\n"
+	ask := servePair(t, "example.org.", zone)
+	for _, q := range []struct {
+		name  string
+		qtype uint16
+	}{{"a1.example.org.", dns.TypeNS}, {"a1.example.org.", dns.TypeSOA}, {"b1.example.org.", dns.TypeNS}, {"a2.example.org.", dns.TypeNS}} {
+		file, rp := ask(q.name, q.qtype)
+		samePair(t, q.name, q.qtype, file, rp)
+	}
+}

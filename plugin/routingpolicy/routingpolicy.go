@@ -84,8 +84,9 @@ func (rp *RoutingPolicy) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *
 	}
 
 	loop := loopCount(ctx)
-	if loop > maxRestarts {
-		// As file: the 9th time a CNAME chain comes back through the server, it is a loop.
+	if loop > maxRestarts && (qname != z.origin || qtype != dns.TypeNS && qtype != dns.TypeSOA) {
+		// As file: the 9th time a CNAME chain comes back through the server, it is a loop (the
+		// apex SOA and NS are answered before that count).
 		return dns.RcodeServerFailure, nil
 	}
 

@@ -18,6 +18,23 @@ type zone struct {
 	names map[string]*node
 	// negTTL is the TTL of the SOA in negative answers (RFC 2308: min of its TTL and MINIMUM).
 	negTTL uint32
+	// inner are the origins of the block's other zones below this one: their names are not this
+	// zone's (a record belongs to the longest zone that contains it).
+	inner []string
+}
+
+// holds reports whether name (canonical) is answered by this zone: in it, and in none of the
+// block's zones below it. A CNAME chain that leads elsewhere is completed through the server.
+func (z *zone) holds(name string) bool {
+	if !inZone(name, z.origin) {
+		return false
+	}
+	for _, o := range z.inner {
+		if inZone(name, o) {
+			return false
+		}
+	}
+	return true
 }
 
 // node is everything at one owner name, with what the lookup needs precomputed at load time.
