@@ -285,6 +285,7 @@ func (rp *RoutingPolicy) reloadIfChanged(now time.Time) bool {
 	if err != nil {
 		return refuse("failed", err)
 	}
+	rp.stamps = d.stamps // what was read, stamped before the read (as New)
 	if err := d.checkChecks(rp.demand); err != nil {
 		return refuse("refused", err)
 	}

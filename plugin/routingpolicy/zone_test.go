@@ -805,6 +805,12 @@ func TestZoneFileApexNSRZone3(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "has no NS records at the apex of sub.example.org.") {
 		t.Errorf("a zone file without the apex NS of the second zone: %v", err)
 	}
+	// A zone file whose records are all in another zone of the block asks nothing of the first:
+	// example.org's NS is synthesized from its inline data, as without the file.
+	write(zf, "$ORIGIN example.net.\n$TTL 60\n@ SOA ns1 h 1 2 3 4 5\n@ NS ns1\nns1 A 192.0.2.53\n")
+	if err := loadErr("routingpolicy example.org example.net {\n zonefile " + zf + "\n record www.example.org. A 60 192.0.2.1\n}"); err != nil {
+		t.Errorf("a zone file of the block's second zone, inline data for the first: %v", err)
+	}
 	// The Corefile may give them.
 	write(zf, "$ORIGIN example.org.\n$TTL 60\n@ SOA ns9.example.net. h 1 2 3 4 5\nwww A 192.0.2.1\n")
 	rp, _ := newTest(t, "routingpolicy example.org {\n zonefile "+zf+"\n record @ NS 3600 ns2.example.net.\n}")
