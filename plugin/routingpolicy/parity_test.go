@@ -628,7 +628,8 @@ func (g *zoneGen) compare(q question, want, got *dns.Msg) string {
 	// referral. file loses it when it resolved an earlier step through its upstream (a name it
 	// synthesizes, or any step of an NS query) and answers with the apex NS set or NODATA.
 	if len(got.Answer) > 0 && g.isReferralFor(got, last) && (isApexNS(want.Ns) || isNegative(want)) && len(noOPT(want.Extra)) == 0 {
-		return ""
+		// Ours is the cut's referral: its glue is the cut's in-domain glue.
+		return diffSection("additional (the referral's glue)", g.glueOf(strings.ToLower(got.Ns[0].Header().Name)), noOPT(got.Extra))
 	}
 	if d := diffSection("authority", wantNs, got.Ns); d != "" {
 		return d
@@ -663,6 +664,24 @@ func (g *zoneGen) isReferralFor(m *dns.Msg, name string) bool {
 		}
 	}
 	return slices.Contains(g.cuts, cut) && dns.IsSubDomain(cut, name)
+}
+
+// glueOf returns the glue of the zone cut at cut: the A and AAAA records of its name servers that
+// are at or below it (in-domain glue, RFC 9471), as the generator wrote them.
+func (g *zoneGen) glueOf(cut string) []dns.RR {
+	var out []dns.RR
+	for _, ns := range g.rrs {
+		v, ok := ns.(*dns.NS)
+		if !ok || !strings.EqualFold(v.Hdr.Name, cut) || !dns.IsSubDomain(cut, strings.ToLower(v.Ns)) {
+			continue
+		}
+		for _, rr := range g.rrs {
+			if t := rr.Header().Rrtype; (t == dns.TypeA || t == dns.TypeAAAA) && strings.EqualFold(rr.Header().Name, v.Ns) {
+				out = append(out, rr)
+			}
+		}
+	}
+	return out
 }
 
 // isNegative reports whether m's authority is the SOA alone.
