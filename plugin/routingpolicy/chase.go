@@ -51,7 +51,9 @@ func chase(ctx context.Context, state *request.Request, rep *reply, z *zone) {
 	rep.ecs = subnetScope(m)
 	// The lookup went out with the client's size: what it cut off is missing here too, and a
 	// resolver must not cache the partial set as whole (RFC 2181 9). file drops the bit.
-	rep.tc = m.Truncated
+	// miekg/dns's Truncate keeps the answer section first: a record left in authority or
+	// additional shows the answer is whole (only those sections, which are not copied, lost some).
+	rep.tc = m.Truncated && len(m.Ns) == 0 && !hasRecords(m.Extra)
 	// As file: the in-zone addresses of MX, SRV, SVCB and HTTPS targets among what was found.
 	if extra := z.additional(m.Answer); len(extra) > 0 {
 		if p, err := pack(extra); err == nil {
@@ -95,4 +97,14 @@ func subnetScope(m *dns.Msg) *dns.EDNS0_SUBNET {
 		}
 	}
 	return nil
+}
+
+// hasRecords reports whether extra holds a record other than the OPT pseudo-record.
+func hasRecords(extra []dns.RR) bool {
+	for _, rr := range extra {
+		if rr.Header().Rrtype != dns.TypeOPT {
+			return true
+		}
+	}
+	return false
 }

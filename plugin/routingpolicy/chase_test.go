@@ -204,3 +204,62 @@ func TestChaseIntoInnerZoneRZone1(t *testing.T) {
 		}
 	}
 }
+
+// TestChaseEdgesRZone1: R-ZONE-1, the edges of a chase a review found. A CNAME to a name no zone
+// of the server holds, with routingpolicy the last plugin, stays NOERROR with the CNAME (the
+// lookup is REFUSED, as file refuses it; it was SERVFAIL). A lookup through the server truncated
+// only in its authority section does not make the answer truncated (TC would send the client to
+// TCP for nothing). A zone of the block below a cut of this one is not chased into: the cut's
+// referral answers, as file's does.
+func TestChaseEdgesRZone1(t *testing.T) {
+	dir := t.TempDir()
+	net := filepath.Join(dir, "db.example.net")
+	zone := "example.net. 3600 IN SOA ns.example.net. h.example.net. 1 7200 1800 1209600 300\n" +
+		"www.example.net. 300 IN A 198.51.100.12\n"
+	for i := range 30 {
+		zone += fmt.Sprintf("example.net. 3600 IN NS name-server-%02d-with-a-long-first-label.example.com.\n", i)
+	}
+	if err := os.WriteFile(net, []byte(zone), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	port, port2 := coretest.FreePort(t), coretest.FreePort(t)
+	s, err := coretest.New(fmt.Sprintf(`example.org:%[1]s example.net:%[1]s a.b.example.org:%[1]s {
+	bind 127.0.0.1
+	routingpolicy example.org a.b.example.org {
+		record w CNAME 300 www.example.net.
+		record b NS 300 ns.example.com.
+		record tocut CNAME 300 x.a.b.example.org.
+		record x.a.b.example.org. A 300 192.0.2.9
+	}
+	file %[2]s example.net
+}
+.:%[3]s {
+	bind 127.0.0.1
+	routingpolicy example.org {
+		record away CNAME 300 www.example.com.
+	}
+}`, port, net, port2))
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	t.Cleanup(s.Stop)
+	ask := func(port, name string) *dns.Msg {
+		t.Helper()
+		m := new(dns.Msg)
+		m.SetQuestion(name, dns.TypeA)
+		r, err := dns.Exchange(m, "127.0.0.1:"+port)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return r
+	}
+	if r := ask(port2, "away.example.org."); r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
+		t.Errorf("away: %s %v, want NOERROR with the CNAME", dns.RcodeToString[r.Rcode], r.Answer)
+	}
+	if r := ask(port, "w.example.org."); r.Truncated || len(r.Answer) != 2 {
+		t.Errorf("w: TC %v %v, want the CNAME and the address, not truncated", r.Truncated, r.Answer)
+	}
+	if r := ask(port, "tocut.example.org."); len(r.Answer) != 1 || len(r.Ns) != 1 || r.Ns[0].Header().Rrtype != dns.TypeNS {
+		t.Errorf("tocut: %v %v, want the CNAME and the referral of b.example.org", r.Answer, r.Ns)
+	}
+}

@@ -230,6 +230,16 @@ func (z *zone) finish(now time.Time) error {
 	z.ns = pk(nsRRs)
 
 	z.link()
+	// A zone of the block below a cut of this one is not where a CNAME of this zone leads: the
+	// cut's referral answers it, as file answers (file's externalLookup finds the cut first).
+	z.inner = slices.DeleteFunc(z.inner, func(o string) bool {
+		for p := o; len(p) > len(z.origin); p, _ = parent(p) {
+			if n := z.names[p]; n != nil && n.cut != nil {
+				return true
+			}
+		}
+		return false
+	})
 	if err := z.checkPolicies(); err != nil {
 		return err
 	}
@@ -564,7 +574,7 @@ func packable(rr dns.RR) error {
 		// The parser's form of a record without data (a last line `www SRV` or ` CAA` parses as
 		// RFC 2136's deletion form, every field zero: SRV 0 0 0 with no target, CAA 0 "" "")
 		// packs to a few octets of nonsense: refuse it as the records above.
-		if emptyForm(rr) {
+		if emptyForm(rr) && !reparses(rr) {
 			return fmt.Errorf("no rdata (a %s record needs some; read as its empty form %q)", dns.TypeToString[rr.Header().Rrtype], rr.String())
 		}
 	}
@@ -572,7 +582,8 @@ func packable(rr dns.RR) error {
 }
 
 // emptyForm reports whether rr's data is the zero value of its type: what miekg/dns's zone parser
-// gives for a record written without data.
+// gives for a record written without data, and also what some valid data is (HINFO "" "",
+// AMTRELAY 0 0 0 ., EUI48 of zeros), which reparses tells apart.
 func emptyForm(rr dns.RR) bool {
 	newRR, ok := dns.TypeToRR[rr.Header().Rrtype]
 	if !ok {
@@ -581,4 +592,11 @@ func emptyForm(rr dns.RR) bool {
 	zero := newRR()
 	*zero.Header() = *rr.Header()
 	return zero.String() == rr.String()
+}
+
+// reparses reports whether rr's presentation form parses back: all-zero data that was written
+// does; the empty form of SRV (no target), CAA (no tag) or HTTPS does not.
+func reparses(rr dns.RR) bool {
+	_, err := dns.NewRR(rr.String())
+	return err == nil
 }

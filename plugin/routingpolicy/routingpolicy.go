@@ -76,6 +76,11 @@ func (rp *RoutingPolicy) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *
 	d := rp.data.Load()
 	z := d.match(qname)
 	if z == nil {
+		if rp.Next == nil {
+			// As file: an authoritative server refuses a name it has no zone for (and a CNAME
+			// chased here from another zone stays the answer, chase.go).
+			return dns.RcodeRefused, nil
+		}
 		return plugin.NextOrFailure(rp.Name(), rp.Next, ctx, w, r)
 	}
 	qtype := state.QType()

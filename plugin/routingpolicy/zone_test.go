@@ -661,9 +661,26 @@ func TestZoneRecordWithoutRdata(t *testing.T) {
 	if err := loadErr("routingpolicy example.org {\n recordsets " + rs + "\n}"); err == nil || !strings.Contains(err.Error(), "HTTPS") {
 		t.Errorf("an HTTPS record with empty rdata in a record-set file: %v", err)
 	}
-	// Data that is all zeros but written is data: SRV 0 0 0 . ("no service", RFC 2782) loads.
+	// Data that is all zeros but written is data: SRV 0 0 0 . ("no service", RFC 2782) loads, and
+	// so do the records whose zero value is valid data (a review found them refused).
 	if err := loadErr("routingpolicy example.org {\n record _x._tcp SRV 60 \"0 0 0 .\"\n}"); err != nil {
 		t.Errorf("SRV 0 0 0 . refused: %v", err)
+	}
+	if err := os.WriteFile(zf, []byte(`$ORIGIN example.org.
+$TTL 60
+@ SOA ns1 h 1 2 3 4 5
+@ NS ns1
+relay AMTRELAY 0 0 0 .
+h HINFO "" ""
+c CSYNC 0 0
+e EUI48 00-00-00-00-00-00
+n NID 0 0000:0000:0000:0000
+g TYPE62 \# 6 000000000000
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := loadErr("routingpolicy example.org {\n zonefile " + zf + "\n}"); err != nil {
+		t.Errorf("records whose written data is all zeros: %v", err)
 	}
 }
 
