@@ -156,7 +156,7 @@ func build(origins []string, loc *region.Locator, srcs []recordSource, sets []*s
 		return nil, err
 	}
 	for _, z := range d.zones {
-		if err := z.finish(now); err != nil {
+		if err := z.finish(d, now); err != nil {
 			return nil, err
 		}
 	}
@@ -166,7 +166,7 @@ func build(origins []string, loc *region.Locator, srcs []recordSource, sets []*s
 // finish checks the zone (R-ZONE-3), fills in the SOA and NS when not given, adds the empty
 // non-terminals and precomputes what the lookup needs: zone cuts with their referrals, DNAMEs,
 // wildcards, glue and additional records (R-ZONE-2).
-func (z *zone) finish(now time.Time) error {
+func (z *zone) finish(d *data, now time.Time) error {
 	if err := z.checkNames(); err != nil {
 		return err
 	}
@@ -246,11 +246,11 @@ func (z *zone) finish(now time.Time) error {
 	if err := z.checkLoops(); err != nil {
 		return err
 	}
-	z.nsGlue = pk(z.glue(z.ns.rrs, z.origin))
+	z.nsGlue = pk(d.glue(z.ns.rrs, z.origin))
 	for _, n := range z.names {
 		if n.cut != nil {
 			ns := n.plain(dns.TypeNS)
-			n.cut.ns, n.cut.glue = pk(ns), pk(z.glue(ns, n.name))
+			n.cut.ns, n.cut.glue = pk(ns), pk(d.glue(ns, n.name))
 			if ds := n.plain(dns.TypeDS); ds != nil {
 				n.cut.nsDS = pk(slices.Concat(ns, ds))
 			}
@@ -314,17 +314,21 @@ func (z *zone) link() {
 }
 
 // glue returns the addresses of the name servers of ns that are at or below owner (in-domain
-// glue, RFC 9471), A before AAAA, from plain records, as file does.
-func (z *zone) glue(ns []dns.RR, owner string) []dns.RR {
+// glue, RFC 9471), A before AAAA, from plain records, as file does. A name server's addresses are
+// found in whichever zone of the block holds them (a record belongs to the longest zone): glue
+// under a cut may sit in a zone of the block below it.
+func (d *data) glue(ns []dns.RR, owner string) []dns.RR {
 	var out []dns.RR
 	for _, rr := range ns {
 		t := canonicalName(rr.(*dns.NS).Ns)
 		if !inZone(t, owner) {
 			continue
 		}
-		if n := z.names[t]; n != nil {
-			out = append(out, n.plain(dns.TypeA)...)
-			out = append(out, n.plain(dns.TypeAAAA)...)
+		if z := d.match(t); z != nil {
+			if n := z.names[t]; n != nil {
+				out = append(out, n.plain(dns.TypeA)...)
+				out = append(out, n.plain(dns.TypeAAAA)...)
+			}
 		}
 	}
 	return slices.Clip(out)
@@ -508,6 +512,10 @@ func addrOf(rr dns.RR) (netip.Addr, bool) {
 // when origin is "" (a record-set file's), must be absolute.
 func newRR(name string, ttl uint32, qtype uint16, rdata, origin string) (dns.RR, error) {
 	ts := dns.TypeToString[qtype]
+	if strings.TrimSpace(rdata) == "" {
+		// miekg/dns would read a record without data as a dynamic update's (DS 0 0 0).
+		return nil, fmt.Errorf("no rdata (a %s record needs some)", ts)
+	}
 	absolute := origin == ""
 	if absolute {
 		origin = "."

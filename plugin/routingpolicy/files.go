@@ -124,12 +124,11 @@ func (cfg *Config) load(now time.Time) (*data, error) {
 
 // parseZoneFile reads an RFC 1035 master file. Relative names are relative to origin.
 func parseZoneFile(b []byte, file, origin string) ([]dns.RR, error) {
-	if len(b) > 0 && b[len(b)-1] != '\n' {
-		// R-ZONE-3: miekg/dns takes a last line cut short at the end of the file (`www MX`, no
-		// newline) as a dynamic-update record with empty fields (MX 0 with no exchange), and
-		// refuses the same line anywhere else: end the file as every other line ends.
-		b = append(slices.Clip(b), '\n')
-	}
+	// R-ZONE-3: miekg/dns takes a last line without data (`www MX`, `x DS`), with or without a
+	// newline, as a dynamic-update record with empty fields (MX 0 with no exchange, DS 0 0 0), and
+	// refuses the same line anywhere else ("unexpected newline"). A sentinel record after the
+	// file's last line makes that line one like every other; the sentinel is dropped.
+	b = append(slices.Clip(b), "\n"+endSentinel+"\n"...)
 	zp := dns.NewZoneParser(bytes.NewReader(b), origin, file)
 	zp.SetIncludeAllowed(false)
 	var out []dns.RR
@@ -139,5 +138,15 @@ func parseZoneFile(b []byte, file, origin string) ([]dns.RR, error) {
 	if err := zp.Err(); err != nil {
 		return nil, fmt.Errorf("zonefile: %v", err)
 	}
-	return out, nil
+	if n := len(out); n == 0 || out[n-1].String() != endRecord {
+		return nil, fmt.Errorf("zonefile: %s: the last line is not complete (an open parenthesis?)", file)
+	}
+	return out[:len(out)-1], nil
 }
+
+// endSentinel is the line parseZoneFile adds after a zone file's last line, and endRecord the
+// record it parses as.
+const (
+	endSentinel = "coresteer-end-of-file.invalid. 0 IN TXT \"end\""
+	endRecord   = "coresteer-end-of-file.invalid.\t0\tIN\tTXT\t\"end\""
+)

@@ -353,7 +353,12 @@ func TestZoneFileCutLastLine(t *testing.T) {
 // the name back. Both are refused, the name first.
 func TestZoneOwnerTooLong(t *testing.T) {
 	owner := strings.Repeat("0", 59) + "." + strings.Repeat("0", 63) + "." + strings.Repeat("0", 63) + "." + strings.Repeat("0", 54)
-	for _, in := range []string{"$TTL 60\n" + owner + " A", "$TTL 60\n" + owner + " A 192.0.2.1\n"} {
+	// The entry's own input (no address, on the last line) is refused by the parser now, as
+	// the same line anywhere else.
+	if _, err := parseZoneFile([]byte("$TTL 60\n"+owner+" A"), "fuzz", "example.org."); err == nil || !strings.Contains(err.Error(), "unexpected newline") {
+		t.Errorf("an A record without an address on the last line: %v", err)
+	}
+	for _, in := range []string{"$TTL 60\n" + owner + " A 192.0.2.1", "$TTL 60\n" + owner + " A 192.0.2.1\n"} {
 		rrs, err := parseZoneFile([]byte(in), "fuzz", "example.org.")
 		if err != nil {
 			t.Fatalf("%q: %v", in, err)

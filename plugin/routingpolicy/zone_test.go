@@ -627,7 +627,7 @@ func TestZoneRecordWithoutRdata(t *testing.T) {
 	if err := os.WriteFile(zf, []byte("$ORIGIN example.org.\n$TTL 60\na CNAME\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := loadErr("routingpolicy example.org {\n zonefile " + zf + "\n}"); err == nil || !strings.Contains(err.Error(), "no rdata (a CNAME record needs some)") {
+	if err := loadErr("routingpolicy example.org {\n zonefile " + zf + "\n}"); err == nil || !strings.Contains(err.Error(), "unexpected newline") {
 		t.Errorf("a CNAME without a target in a zone file: %v", err)
 	}
 	if err := loadErr("routingpolicy example.org {\n record a CNAME 60 \"\"\n}"); err == nil || !strings.Contains(err.Error(), "no rdata") {
@@ -642,7 +642,7 @@ func TestZoneRecordWithoutRdata(t *testing.T) {
 	if err := os.WriteFile(zf, []byte("$ORIGIN example.org.\n$TTL 0\n0 srv"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := loadErr("routingpolicy example.org {\n zonefile " + zf + "\n}"); err == nil || !strings.Contains(err.Error(), "no rdata (a SRV record needs some") {
+	if err := loadErr("routingpolicy example.org {\n zonefile " + zf + "\n}"); err == nil || !strings.Contains(err.Error(), "unexpected newline") {
 		t.Errorf("an SRV without a target on the last line of a zone file: %v", err)
 	}
 	// The same empty form for types whose fields are not names: ` CAA` as the last line
@@ -651,7 +651,7 @@ func TestZoneRecordWithoutRdata(t *testing.T) {
 	if err := os.WriteFile(zf, []byte("$ORIGIN example.org.\n$TTL 0\n0 TXT \"\"\"0000\"\n CAA"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := loadErr("routingpolicy example.org {\n zonefile " + zf + "\n}"); err == nil || !strings.Contains(err.Error(), "no rdata (a CAA record needs some") {
+	if err := loadErr("routingpolicy example.org {\n zonefile " + zf + "\n}"); err == nil || !strings.Contains(err.Error(), "unexpected newline") {
 		t.Errorf("a CAA without data on the last line of a zone file: %v", err)
 	}
 	rs := filepath.Join(t.TempDir(), "rs.json")
@@ -660,6 +660,23 @@ func TestZoneRecordWithoutRdata(t *testing.T) {
 	}
 	if err := loadErr("routingpolicy example.org {\n recordsets " + rs + "\n}"); err == nil || !strings.Contains(err.Error(), "HTTPS") {
 		t.Errorf("an HTTPS record with empty rdata in a record-set file: %v", err)
+	}
+	// A type whose empty form parses back (DS 0 0 0 with an empty digest; a third review found
+	// these loading): refused as a last line, inline and in a record-set file.
+	if err := os.WriteFile(zf, []byte("$ORIGIN example.org.\n$TTL 60\n@ SOA ns1 h 1 2 3 4 5\n@ NS ns1\nx DS"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := loadErr("routingpolicy example.org {\n zonefile " + zf + "\n}"); err == nil || !strings.Contains(err.Error(), "unexpected newline") {
+		t.Errorf("a DS without data on the last line of a zone file: %v", err)
+	}
+	if err := loadErr("routingpolicy example.org {\n record x DS 60 \"\"\n}"); err == nil || !strings.Contains(err.Error(), "no rdata") {
+		t.Errorf("an inline DS without data: %v", err)
+	}
+	if err := os.WriteFile(rs, []byte(`[{"name":"x.example.org.","type":"DS","ttl":60,"rrdatas":[" "]}]`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := loadErr("routingpolicy example.org {\n recordsets " + rs + "\n}"); err == nil || !strings.Contains(err.Error(), "no rdata") {
+		t.Errorf("a DS with empty rdata in a record-set file: %v", err)
 	}
 	// Data that is all zeros but written is data: SRV 0 0 0 . ("no service", RFC 2782) loads, and
 	// so do the records whose zero value is valid data (a review found them refused).
@@ -708,7 +725,7 @@ func TestZoneRefusedWhereFileLoads(t *testing.T) {
 		{"a NSEC b A\n", "signed zone data is not supported"},
 		{"www.example.net. A 192.0.2.1\n", "outside the zones"},
 		{"@ SOA ns2 h 2 2 3 4 5\n", "second SOA"},
-		{"a CNAME\n", "no rdata"},
+		{"a CNAME\n", "unexpected newline"},
 		{"chx CH TXT \"chaos\"\n", "only class IN is served"},
 		{"$INCLUDE " + inc + "\n", "$INCLUDE"},
 		{"$ORIGIN example.org.\n$TTL 60\n@ SOA ns1 h 1 2 3 4 5\nwww A 192.0.2.1\n", "has no NS records at the apex of example.org."},
@@ -905,5 +922,19 @@ func TestZoneFallthroughRZone1(t *testing.T) {
 		if !tc.rpPass && (a.Rcode != dns.RcodeSuccess || len(a.Answer) != 0 || len(a.Ns) != 1 || a.Ns[0].Header().Rrtype != dns.TypeSOA) {
 			t.Errorf("%s: routingpolicy answers %v, want NODATA", tc.name, a)
 		}
+	}
+}
+
+// TestZoneGlueInInnerZoneRZone2: R-ZONE-2: a cut's in-domain glue that belongs to a zone of the
+// block below the cut (records go to the longest zone) is still the referral's glue, as file's
+// would be with the same records in its zone (a third review found the additional section empty).
+func TestZoneGlueInInnerZoneRZone2(t *testing.T) {
+	rp, _ := newTest(t, `routingpolicy example.org a.b.example.org {
+		record b NS 300 ns.a.b.example.org.
+		record ns.a.b.example.org. A 300 192.0.2.53
+	}`)
+	m := ask(t, rp, "www.b.example.org.", dns.TypeA, "10.1.1.1")
+	if m.Authoritative || len(m.Ns) != 1 || len(m.Extra) != 1 || m.Extra[0].(*dns.A).A.String() != "192.0.2.53" {
+		t.Fatalf("referral for b.example.org: AA %v, authority %v, additional %v; want the NS and its glue", m.Authoritative, m.Ns, m.Extra)
 	}
 }
