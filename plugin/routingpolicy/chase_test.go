@@ -80,7 +80,7 @@ mx.example.net. 300 IN MX 10 mail.example.org.
 		{"away.example.org.", dns.TypeA, dns.RcodeSuccess, []string{"CNAME www.example.invalid."}, false, 0},
 	} {
 		r := ask(tc.name, tc.qtype)
-		var got []string
+		got := make([]string, 0, len(r.Answer))
 		for _, rr := range r.Answer {
 			got = append(got, dns.TypeToString[rr.Header().Rrtype]+" "+rdata(rr))
 		}
