@@ -188,30 +188,8 @@ func (o *outboundStub) Forwards(name string) bool { return dns.IsSubDomain(o.zon
 // refused on a file reload as it is at startup; the reload keeps the last good data and logs why.
 // The reload checked R-SEC-1 and the checks' names, not this: it served the policy.
 func TestFileReloadRefusesForwardedNameRZone3(t *testing.T) {
-	f := filepath.Join(t.TempDir(), "rs.yaml")
-	write := func(body string, version int) {
-		t.Helper()
-		if err := os.WriteFile(f, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		when := fixedNow.Add(time.Duration(version) * time.Second)
-		if err := os.Chtimes(f, when, when); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("- {name: www.example.org., type: A, rrdatas: [10.0.0.1]}\n", 1)
-	cfgs, err := parse(caddy.NewTestController("dns", `routingpolicy example.org {
-		reload 0
-		recordsets `+f+`
-	}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := cfgs[0].load(fixedNow)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rp := New(cfgs[0], d)
+	write, cfg, d := loadRecordSetsFile(t, "- {name: www.example.org., type: A, rrdatas: [10.0.0.1]}\n")
+	rp := New(cfg, d)
 	rp.board = health.NewBoard(countingClock())
 	conf := &dnsserver.Config{Zone: "example.org.", Port: "53"}
 	conf.AddPlugin(func(plugin.Handler) plugin.Handler { return rp })
@@ -251,32 +229,10 @@ func TestFileReloadRefusesForwardedNameRZone3(t *testing.T) {
 // were read: a write between the read and the stamp was never loaded (until the file changed
 // again). The stamp is taken before the read, so such a write is loaded by the next check.
 func TestFileReloadSeesWriteDuringLoad(t *testing.T) {
-	f := filepath.Join(t.TempDir(), "rs.yaml")
-	write := func(body string, version int) {
-		t.Helper()
-		if err := os.WriteFile(f, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		when := fixedNow.Add(time.Duration(version) * time.Second)
-		if err := os.Chtimes(f, when, when); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("- {name: www.example.org., type: A, rrdatas: [10.0.0.1]}\n", 1)
-	cfgs, err := parse(caddy.NewTestController("dns", `routingpolicy example.org {
-		reload 0
-		recordsets `+f+`
-	}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := cfgs[0].load(fixedNow)
-	if err != nil {
-		t.Fatal(err)
-	}
+	write, cfg, d := loadRecordSetsFile(t, "- {name: www.example.org., type: A, rrdatas: [10.0.0.1]}\n")
 	// Written after the read, before the handler is made (setup makes it right after load).
 	write("- {name: www.example.org., type: A, rrdatas: [10.0.0.22]}\n", 2)
-	rp := New(cfgs[0], d)
+	rp := New(cfg, d)
 	rp.board = health.NewBoard(countingClock())
 	if err := rp.OnStartup(nil); err != nil {
 		t.Fatal(err)
@@ -291,4 +247,35 @@ func TestFileReloadSeesWriteDuringLoad(t *testing.T) {
 	if rp.reloadIfChanged(fixedNow) {
 		t.Fatal("unchanged file reloaded")
 	}
+}
+
+// loadRecordSetsFile writes body as a record-set file (modification time fixedNow + 1 s), loads a
+// routingpolicy block that reads it without a reload loop, and returns a function that rewrites
+// the file as the given version (its modification time fixedNow + version seconds), the block's
+// configuration and the data loaded.
+func loadRecordSetsFile(t *testing.T, body string) (write func(body string, version int), cfg *Config, d *data) {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "rs.yaml")
+	write = func(body string, version int) {
+		t.Helper()
+		if err := os.WriteFile(f, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		when := fixedNow.Add(time.Duration(version) * time.Second)
+		if err := os.Chtimes(f, when, when); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(body, 1)
+	cfgs, err := parse(caddy.NewTestController("dns", `routingpolicy example.org {
+		reload 0
+		recordsets `+f+`
+	}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err = cfgs[0].load(fixedNow); err != nil {
+		t.Fatal(err)
+	}
+	return write, cfgs[0], d
 }
