@@ -579,9 +579,10 @@ func packable(rr dns.RR) error {
 		if _, hdr, err := dns.UnpackDomainName(buf, 0); err == nil && off == hdr+10 {
 			return fmt.Errorf("no rdata (a %s record needs some)", dns.TypeToString[rr.Header().Rrtype])
 		}
-		// The parser's form of a record without data (a last line `www SRV` or ` CAA` parses as
-		// RFC 2136's deletion form, every field zero: SRV 0 0 0 with no target, CAA 0 "" "")
-		// packs to a few octets of nonsense: refuse it as the records above.
+		// miekg/dns's form of a record without data (RFC 2136's deletion form, every field zero:
+		// SRV 0 0 0 with no target, CAA 0 "" "") packs to a few octets of nonsense. The text
+		// checks keep it out (parseZoneFile's sentinel line, newRR's empty rdata); this refuses
+		// what would come another way, where the form does not parse back.
 		if emptyForm(rr) && !reparses(rr) {
 			return fmt.Errorf("no rdata (a %s record needs some; read as its empty form %q)", dns.TypeToString[rr.Header().Rrtype], rr.String())
 		}

@@ -29,9 +29,9 @@ const (
 
 // checkApexNS refuses, before finish would synthesize one, a zone without NS records at its apex
 // whose data a file says is complete: a zone file gives the NS records of every zone its records
-// are in (RFC 1035 5.2, RFC 1034 4.2.1); a record-set
-// file that gives a zone's SOA exports the zone, NS included. The synthesis is for the Corefile's
-// records and for record-set files that give neither.
+// are in (RFC 1035 5.2, RFC 1034 4.2.1); a record-set file that gives a zone's SOA exports the
+// zone, NS included. The synthesis is for the Corefile's records and for record-set files that
+// give neither.
 func (d *data) checkApexNS(srcs []recordSource) error {
 	need := map[*zone]*recordSource{}
 	for src, rr := range allRecords(srcs) {
