@@ -49,10 +49,10 @@ type part struct {
 // the stack) and the buffer it is packed into. ServeDNS takes one from scratches and gives it
 // back when it has written the answer.
 //
-// It also holds what would otherwise be ServeDNS's largest locals (rep, used) and the UDP writer of a
-// packed answer: miekg/dns serves each query on a goroutine of its own, whose stack grows (and is
-// copied) when a call needs more than it has; the smaller ServeDNS's frame, the deeper the send
-// below it can go before that happens.
+// It also holds what would otherwise be ServeDNS's largest locals (rep, used) and the UDP writer
+// of a packed answer: miekg/dns serves each query on a goroutine of its own, whose stack grows
+// (and is copied) when a call needs more than it has; the smaller ServeDNS's frame, the deeper
+// the send below it can go before that happens.
 type scratch struct {
 	an     []part
 	buf    []byte
