@@ -231,9 +231,11 @@ func (z *zone) finish(d *data, now time.Time) error {
 
 	z.link()
 	// A zone of the block below a cut of this one is not where a CNAME of this zone leads: the
-	// cut's referral answers it, as file answers (file's externalLookup finds the cut first).
+	// cut's referral answers it, as file answers (file's externalLookup finds the cut first). NS
+	// records at the inner zone's own apex are that zone's (the longest zone holds a record), so
+	// the walk starts above it.
 	z.inner = slices.DeleteFunc(z.inner, func(o string) bool {
-		for p := o; len(p) > len(z.origin); p, _ = parent(p) {
+		for p, _ := parent(o); len(p) > len(z.origin); p, _ = parent(p) {
 			if n := z.names[p]; n != nil && n.cut != nil {
 				return true
 			}
@@ -579,10 +581,11 @@ func packable(rr dns.RR) error {
 		if _, hdr, err := dns.UnpackDomainName(buf, 0); err == nil && off == hdr+10 {
 			return fmt.Errorf("no rdata (a %s record needs some)", dns.TypeToString[rr.Header().Rrtype])
 		}
-		// miekg/dns's form of a record without data (RFC 2136's deletion form, every field zero:
-		// SRV 0 0 0 with no target, CAA 0 "" "") packs to a few octets of nonsense. The text
-		// checks keep it out (parseZoneFile's sentinel line, newRR's empty rdata); this refuses
-		// what would come another way, where the form does not parse back.
+		// A record with no data of its own, every field zero (SRV 0 0 0 with no target, CAA 0
+		// "" ""), packs to a few octets of nonsense. The text checks keep miekg/dns's form of a
+		// line without data out (parseZoneFile's sentinel line, newRR's empty rdata); this
+		// refuses the RFC 3597 form `\# 0` of such a type. Zero data that parses back when
+		// printed (AMTRELAY 0 0 0 ., HINFO "" "") was written so, and loads.
 		if emptyForm(rr) && !reparses(rr) {
 			return fmt.Errorf("no rdata (a %s record needs some; read as its empty form %q)", dns.TypeToString[rr.Header().Rrtype], rr.String())
 		}

@@ -128,20 +128,30 @@ func parseZoneFile(b []byte, file, origin string) ([]dns.RR, error) {
 	// newline, as a dynamic-update record with empty fields (MX 0 with no exchange, DS 0 0 0), and
 	// refuses the same line anywhere else ("unexpected newline"). A sentinel record after the
 	// file's last line makes that line one like every other; the sentinel is dropped.
-	b = append(slices.Clip(b), "\n"+endSentinel+"\n"...)
+	out, err := parseRecords(append(slices.Clip(b), "\n"+endSentinel+"\n"...), file, origin)
+	if n := len(out); err == nil && n > 0 && out[n-1].String() == endRecord {
+		return out[:n-1], nil
+	}
+	// The error the parser gives for the file alone, where it has one: it names the file's own
+	// lines (an open parenthesis or quote at the end takes the sentinel in). Only a last line
+	// without data parses alone, and is refused here as it would be anywhere else.
+	if _, e := parseRecords(b, file, origin); e != nil {
+		err = e
+	} else if err == nil {
+		err = fmt.Errorf("%s: the last line is not complete", file)
+	}
+	return nil, fmt.Errorf("zonefile: %v", err)
+}
+
+// parseRecords reads the records of b, a master file, with includes refused.
+func parseRecords(b []byte, file, origin string) ([]dns.RR, error) {
 	zp := dns.NewZoneParser(bytes.NewReader(b), origin, file)
 	zp.SetIncludeAllowed(false)
 	var out []dns.RR
 	for rr, ok := zp.Next(); ok; rr, ok = zp.Next() {
 		out = append(out, rr)
 	}
-	if err := zp.Err(); err != nil {
-		return nil, fmt.Errorf("zonefile: %v", err)
-	}
-	if n := len(out); n == 0 || out[n-1].String() != endRecord {
-		return nil, fmt.Errorf("zonefile: %s: the last line is not complete (an open parenthesis?)", file)
-	}
-	return out[:len(out)-1], nil
+	return out, zp.Err()
 }
 
 // endSentinel is the line parseZoneFile adds after a zone file's last line, and endRecord the

@@ -163,7 +163,7 @@ func TestRecordSetsRelativeNamesRZone3(t *testing.T) {
 	}
 }
 
-// TestRecordSetsHealthCheckWithoutPolicyWarns: a routingPolicy.healthCheck on a record set with no
+// TestRecordSetsHealthCheckWithoutPolicyWarns: R-ZONE-3: a routingPolicy.healthCheck on a record set with no
 // wrr, geo or primaryBackup checks nothing: like an unknown field it is left out with a warning
 // (it was dropped silently).
 func TestRecordSetsHealthCheckWithoutPolicyWarns(t *testing.T) {

@@ -225,9 +225,10 @@ func TestFileReloadRefusesForwardedNameRZone3(t *testing.T) {
 	}
 }
 
-// Regression: the files were stamped for the reload check when the handler was made, after they
-// were read: a write between the read and the stamp was never loaded (until the file changed
-// again). The stamp is taken before the read, so such a write is loaded by the next check.
+// TestFileReloadSeesWriteDuringLoad: R-ZONE-3 (every file reload). Regression: the files were
+// stamped for the reload check when the handler was made, after they were read: a write between the
+// read and the stamp was never loaded (until the file changed again). The stamp is taken before the
+// read, so such a write is loaded by the next check.
 func TestFileReloadSeesWriteDuringLoad(t *testing.T) {
 	write, cfg, d := loadRecordSetsFile(t, "- {name: www.example.org., type: A, rrdatas: [10.0.0.1]}\n")
 	// Written after the read, before the handler is made (setup makes it right after load).

@@ -10,8 +10,9 @@ import (
 	"github.com/miekg/dns"
 )
 
-// Regression: the reload check compared a file's modification time and size only: a file
-// replaced by a rename (a new inode) of the same size and modification time was never reloaded.
+// TestFileReloadSeesRename: R-ZONE-3 (every file reload). Regression: the reload check compared a
+// file's modification time and size only: a file replaced by a rename (a new inode) of the same
+// size and modification time was never reloaded.
 func TestFileReloadSeesRename(t *testing.T) {
 	dir := t.TempDir()
 	f := filepath.Join(dir, "rs.yaml")
@@ -51,9 +52,10 @@ type statInfo struct {
 
 func (s statInfo) Sys() any { return &s.st }
 
-// The stamp tells apart versions of a file that the modification time and size do not: a
-// rewrite in place whose modification time was set back (cp -p, tar, rsync -t) changes the
-// status change time (ctime), which no one can set; a rename gives another inode.
+// TestFileStampInodeAndCtime: R-ZONE-3 (every file reload). The stamp tells apart versions of a
+// file that the modification time and size do not: a rewrite in place whose modification time was
+// set back (cp -p, tar, rsync -t) changes the status change time (ctime), which no one can set; a
+// rename gives another inode.
 func TestFileStampInodeAndCtime(t *testing.T) {
 	fi, err := os.Stat("testdata/export.json")
 	if err != nil {
