@@ -14,7 +14,7 @@ import (
 func leakCheck(t *testing.T) {
 	t.Helper()
 	opt := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, append(coretest.ServerLoops(), opt)...) })
+	t.Cleanup(func() { coretest.NoLeak(t, append(coretest.ServerLoops(), opt)...) })
 }
 
 // probes returns the number of (check, target) pairs r probes.

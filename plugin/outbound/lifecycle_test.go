@@ -38,7 +38,7 @@ func TestReloadNoLeak(t *testing.T) {
 	}
 	mustQuery(t, s, "127.0.1.1", "c.example.")
 	s.Stop()
-	goleak.VerifyNone(t, append(coretest.ServerLoops(), snapshot)...)
+	coretest.NoLeak(t, append(coretest.ServerLoops(), snapshot)...)
 }
 
 // H-6 across a reload: no series of a zone the reload removes is exported once the old instance's
@@ -119,16 +119,5 @@ func goleakSnapshot() goleak.Option { return goleak.IgnoreCurrent() }
 
 func goleakVerify(t *testing.T, snapshot goleak.Option) {
 	t.Helper()
-	deadline := time.Now().Add(3 * time.Second)
-	for {
-		err := goleak.Find(snapshot, goleak.IgnoreAnyFunction("github.com/miekg/dns.(*Server).serveUDPPacket"), goleak.IgnoreAnyFunction("time.Sleep"))
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Error(err)
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	coretest.NoLeak(t, snapshot, goleak.IgnoreAnyFunction("github.com/miekg/dns.(*Server).serveUDPPacket"), goleak.IgnoreAnyFunction("time.Sleep"))
 }

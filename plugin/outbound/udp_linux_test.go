@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 	"github.com/miekg/dns"
 	"go.uber.org/goleak"
 )
@@ -63,7 +64,7 @@ func TestRecvmmsgBurstLargerThanABatch(t *testing.T) {
 	case <-timeout:
 		t.Fatal("the reader did not end when its socket closed")
 	}
-	goleak.VerifyNone(t, snapshot)
+	coretest.NoLeak(t, snapshot)
 }
 
 // The reader's recvmmsg allocates nothing per read or per datagram: no source address (the

@@ -16,6 +16,7 @@ import (
 
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/test"
+	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 
 	"github.com/miekg/dns"
 	"go.uber.org/goleak"
@@ -298,7 +299,7 @@ func TestUDPSocketsClosedUnderWaitingQueries(t *testing.T) {
 		t.Errorf("%d sockets still open after the close", open)
 	}
 	pc.Close()
-	goleak.VerifyNone(t, snapshot)
+	coretest.NoLeak(t, snapshot)
 }
 
 // O-10: a reply with the right ID and another question, alone, then the answer 100 ms later: the

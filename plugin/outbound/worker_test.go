@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/coredns/coredns/plugin/test"
+	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 
 	"github.com/miekg/dns"
 	"go.uber.org/goleak"
@@ -56,7 +57,7 @@ func TestWorkersReused(t *testing.T) {
 	if rc := ask(7); rc != 7 {
 		t.Errorf("a query after stop: %d", rc)
 	}
-	goleak.VerifyNone(t, snapshot)
+	coretest.NoLeak(t, snapshot)
 }
 
 // A panic while serving a query is raised again in the server's goroutine, where CoreDNS's

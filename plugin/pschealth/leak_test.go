@@ -15,7 +15,7 @@ import (
 // No goroutine outlives OnShutdown, across reload-like overlaps (start new, stop old) and with
 // changes in flight.
 func TestNoGoroutineLeak(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer coretest.NoLeak(t, goleak.IgnoreCurrent())
 	coretest.CaptureLog(t)
 	b := health.NewBoard(time.Now)
 	bs := newBackends(t, b)

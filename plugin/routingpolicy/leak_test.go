@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 	"github.com/coresteer/coresteer/plugin/pkg/health"
@@ -20,21 +19,7 @@ import (
 // and its board targets with it.
 func TestIntegrationReloadNoLeak(t *testing.T) {
 	opts := append(coretest.ServerLoops(), goleak.IgnoreCurrent())
-	defer func() {
-		// Servers stop asynchronously (a UDP reader leaves at its read deadline): poll with a
-		// deadline rather than trusting goleak's one-second retry on a loaded machine.
-		deadline := time.Now().Add(15 * time.Second)
-		for {
-			err := goleak.Find(opts...)
-			if err == nil {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatal(err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}()
+	defer coretest.NoLeak(t, opts...)
 	dir := t.TempDir()
 	f := filepath.Join(dir, "rs.yaml")
 	if err := os.WriteFile(f, []byte("- {name: www.example.org., type: A, routingPolicy: {wrr: {items: [{weight: 1, rrdatas: [192.0.2.77]}]}}}\n"), 0o644); err != nil {

@@ -340,7 +340,7 @@ func TestIntegrationTCPUnaffected(t *testing.T) {
 // for them, and miekg/dns waits for its handlers (up to CoreDNS's grace time). Stop returns once
 // they are sent, and no goroutine of ours is left.
 func TestIntegrationShutdownSendsQueued(t *testing.T) {
-	defer goleak.VerifyNone(t, append(coretest.ServerLoops(), goleak.IgnoreCurrent())...)
+	defer coretest.NoLeak(t, append(coretest.ServerLoops(), goleak.IgnoreCurrent())...)
 	srv, err := coretest.New(zoneCorefile("0", zone(t)))
 	if err != nil {
 		t.Fatal(err)
@@ -381,7 +381,7 @@ func TestIntegrationShutdownSendsQueued(t *testing.T) {
 // A reload with answers queued: they are sent, the next instance answers on the handed-over
 // socket, and nothing of the old instance is left.
 func TestIntegrationReloadSendsQueued(t *testing.T) {
-	defer goleak.VerifyNone(t, append(coretest.ServerLoops(), goleak.IgnoreCurrent())...)
+	defer coretest.NoLeak(t, append(coretest.ServerLoops(), goleak.IgnoreCurrent())...)
 	port := coretest.FreePort(t)
 	corefile := zoneCorefile(port, zone(t))
 	srv, err := coretest.New(corefile)

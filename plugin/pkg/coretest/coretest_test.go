@@ -17,7 +17,7 @@ const corefile = `example.org:0 {
 `
 
 func TestStartQueryReloadStop(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer NoLeak(t, goleak.IgnoreCurrent())
 
 	s, err := New(corefile)
 	if err != nil {

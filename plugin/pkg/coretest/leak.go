@@ -1,6 +1,11 @@
 package coretest
 
-import "go.uber.org/goleak"
+import (
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
 
 // ServerLoops are goleak options that ignore the serve loops of CoreDNS servers. A reload stops
 // the old instance's servers; a miekg/dns server stopped before its serve loop has started
@@ -13,5 +18,28 @@ func ServerLoops() []goleak.Option {
 		goleak.IgnoreAnyFunction("github.com/coredns/coredns/core/dnsserver.(*Server).ServePacket"),
 		goleak.IgnoreAnyFunction("github.com/coredns/caddy.startServers.func2"),
 		goleak.IgnoreAnyFunction("github.com/coredns/caddy.startServers.func3"),
+	}
+}
+
+// leakWait is how long NoLeak waits for goroutines to end: servers, probers and loops stop
+// asynchronously (a UDP reader leaves at its read deadline), and a loaded CI machine runs them late.
+const leakWait = 15 * time.Second
+
+// NoLeak fails tb if goroutines that opts do not ignore are still running after leakWait. It polls
+// goleak.Find instead of trusting goleak.VerifyNone's own retries, which give up after about
+// half a second.
+func NoLeak(tb testing.TB, opts ...goleak.Option) {
+	tb.Helper()
+	deadline := time.Now().Add(leakWait)
+	for {
+		err := goleak.Find(opts...)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Error(err)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
