@@ -40,10 +40,10 @@ func TestFQDNTargetGeoZone(t *testing.T) {
 			t.Fatalf("us client: %s", dns.RcodeToString[m.Rcode])
 		}
 	}
-	if n, src := r1.queries.Load(), r1.count("127.0.0.11"); n != 3 || src != 3 {
+	if n, src := r1.clients.Load(), r1.count("127.0.0.11"); n != 3 || src != 3 {
 		t.Errorf("O-8: europe resolver got %d queries (%d from the eu endpoint), want 3 and 3 (%v)", n, src, r1.sourceSet())
 	}
-	if n, src := r2.queries.Load(), r2.count("127.0.0.12"); n != 3 || src != 3 {
+	if n, src := r2.clients.Load(), r2.count("127.0.0.12"); n != 3 || src != 3 {
 		t.Errorf("O-8: us resolver got %d queries (%d from the us endpoint), want 3 and 3 (%v)", n, src, r2.sourceSet())
 	}
 }

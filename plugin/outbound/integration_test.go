@@ -191,10 +191,10 @@ example.:` + port + ` {
 			t.Fatalf("us client: %s", dns.RcodeToString[m.Rcode])
 		}
 	}
-	if n := r1.queries.Load(); n != 3 {
+	if n := r1.clients.Load(); n != 3 {
 		t.Errorf("O-8: eu resolver got %d queries, want 3", n)
 	}
-	if n := r2.queries.Load(); n != 3 {
+	if n := r2.clients.Load(); n != 3 {
 		t.Errorf("O-8: us resolver got %d queries, want 3", n)
 	}
 	// asia clients fall in the last block: the FQDN gives a public address, refused (O-1).

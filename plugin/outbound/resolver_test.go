@@ -33,7 +33,10 @@ const (
 )
 
 // resolver is a small DNS server on a loopback address that records the source address of every
-// query, answers according to its mode and can be slowed down.
+// client query, answers according to its mode and can be slowed down. The outbound probes (the
+// zone apex SOA by default, O-6) that a running server sends to pairs nobody used yet, from its
+// first tick on, are counted in queries but not in clients or sources: a test that counts what
+// its own queries did does not depend on whether it ran past the first tick.
 type resolver struct {
 	addr    string
 	udp     *dns.Server
@@ -41,15 +44,16 @@ type resolver struct {
 	mode    atomic.Int32
 	delay   atomic.Int64
 	answer  net.IP
-	queries atomic.Int64
+	queries atomic.Int64 // every query, probes included
+	clients atomic.Int64 // queries other than SOA: the clients' (the tests ask no SOA but as probes)
 	quiet   atomic.Bool  // do not record sources and IDs (benchmarks)
 	tcpIdle atomic.Int64 // how long an idle TCP connection is kept; 0: miekg/dns's 8 s
 	// TCP connections accepted and closed by the resolver.
 	accepted, closed atomic.Int64
 
 	mu         sync.Mutex
-	sources    map[netip.Addr]int
-	names      map[string]int // queries per question name, lower case
+	sources    map[netip.Addr]int // client queries (not SOA) per source
+	names      map[string]int     // queries per question name, lower case
 	ids        []uint16
 	dropped    map[netip.Addr]bool
 	slow       map[netip.Addr]time.Duration // extra delay per source
@@ -210,7 +214,10 @@ func (r *resolver) serve(w dns.ResponseWriter, q *dns.Msg) {
 		r.mu.Unlock()
 		return
 	}
-	r.sources[ap.Addr().Unmap()]++
+	if len(q.Question) != 1 || q.Question[0].Qtype != dns.TypeSOA {
+		r.sources[ap.Addr().Unmap()]++
+		r.clients.Add(1)
+	}
 	if len(q.Question) == 1 {
 		r.names[strings.ToLower(q.Question[0].Name)]++
 	}
