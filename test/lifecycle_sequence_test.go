@@ -432,11 +432,7 @@ func (c seqCheck) series(m map[string][]metricSample) {
 	if got := prefixed(values(m["coredns_pschealth_composite_published"], "composite", "destination"), "sq-"); !slices.Equal(got, comps) {
 		c.fail("composite_published series %v, want %v", got, comps)
 	}
-	for _, s := range m["coredns_pschealth_composite_published"] {
-		if want := map[bool]float64{true: 0, false: 1}[c.cfg.dryRun]; strings.HasPrefix(s.labels["composite"], "sq-") && s.value != want {
-			c.fail("composite_published of %s is %v, dry run %v", s.labels["composite"], s.value, c.cfg.dryRun)
-		}
-	}
+	c.published()
 	if got := prefixed(values(m["coredns_pschealth_source_state"], "source"), "sq-"); !slices.Equal(got, srcs) {
 		c.fail("source_state sources %v, want %v", got, srcs)
 	}
@@ -550,6 +546,30 @@ func (c seqCheck) board() {
 // backends' verdicts on the board: the newest instance writes, and after a failed reload the
 // survivor writes again. A VIP whose backends cannot decide it yet keeps whatever it had (H-4).
 // What is computed follows the board asynchronously: poll.
+// published: composite_published of every composite says whether the live configuration is a
+// dry run. Polled: when a failed reload abandons an instance that wrote the gauge, its leave wakes
+// the surviving instance, whose loop writes the gauge back a moment later.
+func (c seqCheck) published() {
+	c.t.Helper()
+	want := map[bool]float64{true: 0, false: 1}[c.cfg.dryRun]
+	deadline := time.Now().Add(seqLate)
+	for {
+		wrong := ""
+		for _, s := range parseMetrics(c.t, fetchMetrics(c.t, c.url))["coredns_pschealth_composite_published"] {
+			if strings.HasPrefix(s.labels["composite"], "sq-") && s.value != want {
+				wrong = fmt.Sprintf("composite_published of %s is %v, dry run %v", s.labels["composite"], s.value, c.cfg.dryRun)
+			}
+		}
+		if wrong == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.fail("%s", wrong)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func (c seqCheck) computed() {
 	c.t.Helper()
 	deadline := time.Now().Add(seqLate)

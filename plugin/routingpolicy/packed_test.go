@@ -40,7 +40,7 @@ func TestIntegrationPackedPath(t *testing.T) {
 	}{
 		{"alone", "", true, nil},
 		{"errors, metadata, healthcheck", "errors\n\tmetadata\n\thealthcheck {\n\t\tcheck web {\n\t\t\tport 9\n\t\t}\n\t}", true, nil},
-		{"prometheus", "prometheus 127.0.0.1:" + coretest.FreePort(t), false, func(t *testing.T, s *coretest.Server, port string, _ *coretest.Log) {
+		{"prometheus", "prometheus 127.0.0.1:0", false, func(t *testing.T, s *coretest.Server, port string, _ *coretest.Log) {
 			t.Helper()
 			labels := map[string]string{"server": "dns://127.0.0.1:" + port, "rcode": "NXDOMAIN"}
 			before := coretest.Sum(t, "coredns_dns_responses_total", labels)
