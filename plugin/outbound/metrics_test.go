@@ -46,23 +46,6 @@ func gather(t *testing.T, keep func(name string) bool, match map[string]string) 
 	return out
 }
 
-// sumMetric adds up every series of the metric called name whose labels contain all of match.
-func sumMetric(t *testing.T, name string, match map[string]string) float64 {
-	t.Helper()
-	sum := 0.0
-	for _, m := range gather(t, func(n string) bool { return n == name }, match) {
-		switch {
-		case m.GetCounter() != nil:
-			sum += m.GetCounter().GetValue()
-		case m.GetGauge() != nil:
-			sum += m.GetGauge().GetValue()
-		case m.GetHistogram() != nil:
-			sum += float64(m.GetHistogram().GetSampleCount())
-		}
-	}
-	return sum
-}
-
 // seriesCount counts the series of every outbound metric whose labels contain all of match.
 func seriesCount(t *testing.T, match map[string]string) int {
 	t.Helper()
@@ -80,7 +63,7 @@ func TestMetrics(t *testing.T) {
 		m.SetQuestion(name, dns.TypeA)
 		o.ServeDNS(context.Background(), dnstest.NewRecorder(&test.ResponseWriter{}), m)
 	}
-	base := func(name string, l map[string]string) float64 { return sumMetric(t, name, l) }
+	base := func(name string, l map[string]string) float64 { return coretest.Sum(t, name, l) }
 	noerr0 := base("coredns_outbound_requests_total", map[string]string{"zone": "metrics.example.", "endpoint": "m-eu", "rcode": "NOERROR"})
 	q("a.metrics.example.")
 	if d := base("coredns_outbound_requests_total", map[string]string{"zone": "metrics.example.", "endpoint": "m-eu", "rcode": "NOERROR"}) - noerr0; d != 1 {

@@ -88,10 +88,10 @@ func TestFQDNRankMetrics(t *testing.T) {
 	serveMeta(t, o, "x.example.")
 	exploreRound(o)
 	l := map[string]string{"zone": "example.", "target": "127.0.0.31:" + r.port(), "endpoint": "default"}
-	if v := sumMetric(t, "coredns_outbound_rank", map[string]string{"zone": "example.", "region": "europe-west1", "target": l["target"]}); v != 1 {
+	if v := coretest.Sum(t, "coredns_outbound_rank", map[string]string{"zone": "example.", "region": "europe-west1", "target": l["target"]}); v != 1 {
 		t.Errorf("rank of the FQDN target's pair = %v, want 1", v)
 	}
-	if v := sumMetric(t, "coredns_outbound_up", l); v != 1 {
+	if v := coretest.Sum(t, "coredns_outbound_up", l); v != 1 {
 		t.Errorf("up of the FQDN target's pair = %v, want 1", v)
 	}
 }
@@ -116,14 +116,14 @@ func TestRemovedEndpointSeriesDeletedH6(t *testing.T) {
 	mustQuery(t, s, "127.0.0.1", "a.series.example.")
 	gone := map[string]string{"endpoint": "s-us"}
 	deadline := time.Now().Add(5 * time.Second)
-	for sumMetric(t, "coredns_outbound_rank", gone) == 0 { // published every second
+	for coretest.Sum(t, "coredns_outbound_rank", gone) == 0 { // published every second
 		if time.Now().After(deadline) {
 			t.Fatal("no rank for s-us")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	for _, name := range []string{"coredns_outbound_rank", "coredns_outbound_up", "coredns_outbound_requests_total"} {
-		if sumMetric(t, name, map[string]string{"server": "dns://127.0.0.1:0", "zone": "series.example."}) == 0 {
+		if coretest.Sum(t, name, map[string]string{"server": "dns://127.0.0.1:0", "zone": "series.example."}) == 0 {
 			t.Errorf("%s has no series with the server label", name)
 		}
 	}
