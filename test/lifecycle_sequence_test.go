@@ -542,10 +542,6 @@ func (c seqCheck) board() {
 	}
 }
 
-// computed: every VIP and composite is the live configuration's result, computed from the
-// backends' verdicts on the board: the newest instance writes, and after a failed reload the
-// survivor writes again. A VIP whose backends cannot decide it yet keeps whatever it had (H-4).
-// What is computed follows the board asynchronously: poll.
 // published: composite_published of every composite says whether the live configuration is a
 // dry run. Polled: when a failed reload abandons an instance that wrote the gauge, its leave wakes
 // the surviving instance, whose loop writes the gauge back a moment later.
@@ -570,6 +566,10 @@ func (c seqCheck) published() {
 	}
 }
 
+// computed: every VIP and composite is the live configuration's result, computed from the
+// backends' verdicts on the board: the newest instance writes, and after a failed reload the
+// survivor writes again. A VIP whose backends cannot decide it yet keeps whatever it had (H-4).
+// What is computed follows the board asynchronously: poll.
 func (c seqCheck) computed() {
 	c.t.Helper()
 	deadline := time.Now().Add(seqLate)

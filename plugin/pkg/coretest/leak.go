@@ -22,8 +22,11 @@ func ServerLoops() []goleak.Option {
 }
 
 // leakWait is how long NoLeak waits for goroutines to end: servers, probers and loops stop
-// asynchronously (a UDP reader leaves at its read deadline), and a loaded CI machine runs them late.
-const leakWait = 15 * time.Second
+// asynchronously (a miekg/dns UDP reader leaves at its 2 s read deadline), and a loaded CI machine
+// runs them late. It stays below the timers on which goroutines the tests watch end by themselves
+// (outbound's idle worker, 10 s; miekg/dns's idle TCP connection, 8 s), so one that a stop failed
+// to end is still found.
+const leakWait = 5 * time.Second
 
 // NoLeak fails tb if goroutines that opts do not ignore are still running after leakWait. It polls
 // goleak.Find instead of trusting goleak.VerifyNone's own retries, which give up after about
