@@ -3,6 +3,8 @@ package kubernetes_test
 import (
 	"testing"
 
+	"github.com/coresteer/coresteer/plugin/pkg/coretest"
+
 	"go.uber.org/goleak"
 )
 
@@ -10,7 +12,7 @@ import (
 // everything the Corefile's plugins started. The exceptions are CoreDNS's and client-go's own,
 // named one by one, so a goroutine left by a coresteer plugin still fails the run.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
+	coretest.VerifyTestMain(m,
 		// forward stops its proxies' health probes on shutdown but leaves each transport's
 		// connection manager to a finalizer (CoreDNS 1.15, plugin/pkg/proxy).
 		goleak.IgnoreAnyFunction("github.com/coredns/coredns/plugin/pkg/proxy.(*Transport).connManager"),

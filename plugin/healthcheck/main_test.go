@@ -6,8 +6,6 @@ import (
 
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
 	"github.com/coresteer/coresteer/plugin/pkg/etcdtest"
-
-	"go.uber.org/goleak"
 )
 
 // TestMain fails the package when any goroutine outlives the tests: the scheduler, probes in
@@ -18,5 +16,5 @@ func TestMain(m *testing.M) {
 	if os.Getenv(etcdtest.ReplicaEnv) != "" {
 		os.Exit(etcdtest.ServeReplica())
 	}
-	goleak.VerifyTestMain(m, coretest.ServerLoops()...)
+	coretest.VerifyTestMain(m, coretest.ServerLoops()...)
 }

@@ -1,6 +1,8 @@
 package coretest
 
 import (
+	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -33,15 +35,32 @@ const leakWait = 5 * time.Second
 // half a second.
 func NoLeak(tb testing.TB, opts ...goleak.Option) {
 	tb.Helper()
+	if err := findLeak(opts...); err != nil {
+		tb.Error(err)
+	}
+}
+
+// VerifyTestMain is goleak.VerifyTestMain with NoLeak's wait: it runs the package's tests and,
+// when they pass, fails the package if goroutines that opts do not ignore outlive them.
+func VerifyTestMain(m *testing.M, opts ...goleak.Option) {
+	code := m.Run()
+	if code == 0 {
+		if err := findLeak(opts...); err != nil {
+			fmt.Fprintf(os.Stderr, "goroutines outlive the tests: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// findLeak polls goleak.Find until it finds nothing or leakWait has passed, and returns what it
+// found last.
+func findLeak(opts ...goleak.Option) error {
 	deadline := time.Now().Add(leakWait)
 	for {
 		err := goleak.Find(opts...)
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Error(err)
-			return
+		if err == nil || time.Now().After(deadline) {
+			return err
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
