@@ -5,8 +5,10 @@
 // The ports lie below the kernel's ephemeral range (net.ipv4.ip_local_port_range, 32768-60999
 // by default), from which every connect and every bind to port 0 on the machine draws: between
 // On's check and the caller's bind (an etcd or CoreDNS process starting, a server block read),
-// no outgoing socket of any process can take the port. Two callers of On can still pick the same
-// port, each at random among about 12,000.
+// no outgoing socket of any process can take the port. On never returns a port twice in one
+// process (two servers picking one port and binding it with SO_REUSEPORT, as CoreDNS does, would
+// share it silently); two processes calling On can still pick the same port, each at random among
+// about 12,000, if both pick it before either binds it.
 package freeport
 
 import (
@@ -16,17 +18,35 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // span is how many ports below the ephemeral range On picks from.
 const span = 12000
+
+// issued are the ports On returned in this process.
+var issued = struct {
+	sync.Mutex
+	ports map[string]bool
+}{ports: make(map[string]bool)}
+
+// take reports whether port is free on host and was not returned before, and marks it returned.
+func take(host, port string) bool {
+	issued.Lock()
+	defer issued.Unlock()
+	if issued.ports[port] || !free(host, port) {
+		return false
+	}
+	issued.ports[port] = true
+	return true
+}
 
 // On returns a port free for both UDP and TCP on host (an IP address).
 func On(host string) (string, error) {
 	if hi := ephemeralLow(); hi-span >= 1024 {
 		for range 100 {
 			port := strconv.Itoa(hi - span + rand.IntN(span)) //nolint:gosec // a port to try, not a secret
-			if free(host, port) {
+			if take(host, port) {
 				return port, nil
 			}
 		}
@@ -39,10 +59,8 @@ func On(host string) (string, error) {
 			return "", err
 		}
 		_, port, _ := net.SplitHostPort(pc.LocalAddr().String())
-		l, err := net.Listen("tcp", net.JoinHostPort(host, port))
 		pc.Close()
-		if err == nil {
-			l.Close()
+		if take(host, port) {
 			return port, nil
 		}
 	}
