@@ -41,7 +41,8 @@ func NoLeak(tb testing.TB, opts ...goleak.Option) {
 }
 
 // VerifyTestMain is goleak.VerifyTestMain with NoLeak's wait: it runs the package's tests and,
-// when they pass, fails the package if goroutines that opts do not ignore outlive them.
+// when they pass, fails the package if goroutines that opts do not ignore outlive them. opts are
+// goleak.Find's (goleak.Cleanup is not one of them).
 func VerifyTestMain(m *testing.M, opts ...goleak.Option) {
 	code := m.Run()
 	if code == 0 {
