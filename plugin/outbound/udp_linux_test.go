@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/coresteer/coresteer/plugin/pkg/coretest"
+
 	"github.com/miekg/dns"
 	"go.uber.org/goleak"
 )
