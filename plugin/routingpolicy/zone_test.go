@@ -625,22 +625,16 @@ func TestZoneRootWildcard(t *testing.T) {
 func TestZoneRecordWithoutRdata(t *testing.T) {
 	dir := t.TempDir()
 	n := 0 // each source a file of its own: the table is written before it is read
-	zoneFile := func(text string) string {
+	source := func(directive, text string) string {
 		n++
-		f := filepath.Join(dir, fmt.Sprintf("db%d", n))
+		f := filepath.Join(dir, fmt.Sprintf("%s%d", directive, n))
 		if err := os.WriteFile(f, []byte(text), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		return "zonefile " + f
+		return directive + " " + f
 	}
-	recordSets := func(json string) string {
-		n++
-		f := filepath.Join(dir, fmt.Sprintf("rs%d.json", n))
-		if err := os.WriteFile(f, []byte(json), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return "recordsets " + f
-	}
+	zoneFile := func(text string) string { return source("zonefile", text) }
+	recordSets := func(json string) string { return source("recordsets", json) }
 	const head = "$ORIGIN example.org.\n$TTL 60\n@ SOA ns1 h 1 2 3 4 5\n@ NS ns1\n"
 	for _, tc := range []struct {
 		what, source, err string // err "": loads
