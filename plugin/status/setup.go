@@ -3,6 +3,7 @@ package status
 import (
 	"fmt"
 	"net"
+	"strconv"
 
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/plugin"
@@ -53,8 +54,12 @@ func parse(c *caddy.Controller) (string, error) {
 		switch len(args) {
 		case 0:
 		case 1:
-			if _, _, err := net.SplitHostPort(args[0]); err != nil {
-				return "", fmt.Errorf("address %q is not HOST:PORT (default %s): %v", args[0], defaultAddr, err)
+			_, port, err := net.SplitHostPort(args[0])
+			if err != nil {
+				return "", c.Errf("address %q is not HOST:PORT (default %s): %v", args[0], defaultAddr, err)
+			}
+			if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+				return "", c.Errf("address %q: port %q is not a number of 0..65535", args[0], port)
 			}
 			addr = args[0]
 		default:
