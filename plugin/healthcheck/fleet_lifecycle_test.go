@@ -777,6 +777,47 @@ func TestFleetOwnKeysRestoredF1(t *testing.T) {
 	}
 }
 
+// F-3: a replica's published result overwritten with a value no replica can read (a hand-written
+// put without a lease) counts as no result on every replica, and the replica writes its own result
+// back under its lease at once, as for a deletion. (FuzzFleetMirror found that the watch kept the
+// value the key held before, which a replica starting later does not see: the same keys in etcd,
+// different tallies.)
+func TestFleetOwnResultOverwrittenF3(t *testing.T) {
+	leakCheck(t)
+	etcd := etcdtest.New(t)
+	cli := etcd.Client(t)
+	const prefix = "/test/overwritten"
+	tg := netip.MustParseAddrPort("127.0.86.33:80")
+	script := newRegionScript()
+	script.set(tg, "us-east1")
+	startReplica(t, testFleetConfig(etcd.Endpoint, prefix, "r1", 1), fleetCheck(time.Second, "us-east1"), script, tg)
+	key := resultKey{pair: pairKey{check: "web", target: tg.String()}, region: "us-east1"}.key(prefix, "r1")
+	get := func() *clientv3.GetResponse {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		r, err := cli.Get(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	waitFor30(t, "the member and its result", func() bool {
+		return len(member(t, cli, prefix, "r1").Kvs) == 1 && len(get().Kvs) == 1
+	})
+	lease := member(t, cli, prefix, "r1").Kvs[0].GetLease()
+	good := string(get().Kvs[0].GetValue())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := cli.Put(ctx, key, `{"healthy":-1}`); err != nil {
+		t.Fatal(err)
+	}
+	waitFor30(t, "the result written back under the session's lease", func() bool {
+		r := get()
+		return len(r.Kvs) == 1 && r.Kvs[0].GetLease() == lease && string(r.Kvs[0].GetValue()) == good
+	})
+}
+
 // F-1: a reload that moves the fleet to endpoints the new membership cannot reach, and then fails.
 // The probe was handed to the new membership, whose session never joined and so dropped it; the
 // surviving membership takes the result back (reclaim) and no key is ever deleted. (From a review:

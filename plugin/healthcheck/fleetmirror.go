@@ -91,7 +91,8 @@ type change struct {
 	region  string  // and its region
 }
 
-// apply records a put (value != nil) or a delete of key.
+// apply records a put (value != nil) or a delete of key. A result key whose value cannot be read
+// is recorded as holding no result, and reported both as a change and as an error.
 func (m *mirror) apply(prefix, key string, value []byte) (change, error) {
 	rest, ok := strings.CutPrefix(key, prefix)
 	if !ok {
@@ -112,8 +113,11 @@ func (m *mirror) apply(prefix, key string, value []byte) (change, error) {
 			return c, nil
 		}
 		var v resultValue
-		if err := json.Unmarshal(value, &v); err != nil || v.Healthy < 0 || v.Decided < v.Healthy {
-			return change{}, fmt.Errorf("result %q: bad value %q", key, value)
+		if err := json.Unmarshal(value, &v); err != nil || v.Healthy < 0 || v.Decided < v.Healthy || v.Decided > maxProbers {
+			// The key now holds what no replica can read: it counts as no result, here as on a
+			// replica that lists the keys now (F-3), not as the value it held before.
+			m.deleteResult(k, parts[3])
+			return c, fmt.Errorf("result %q: bad value %q (want JSON with 0 <= healthy <= decided <= %d)", key, value, maxProbers)
 		}
 		m.putResult(k, slot{member: parts[3], nonce: v.Nonce, tally: tally{region: parts[2], ok: v.Healthy, got: v.Decided, failure: v.Failure}})
 		return c, nil
@@ -168,8 +172,11 @@ func (m *mirror) index() {
 			}
 		}
 	}
-	for _, names := range m.probers {
+	// A member value written by hand may name a region twice; F-2's rendezvous must count each
+	// member once.
+	for k, names := range m.probers {
 		sort.Strings(names)
+		m.probers[k] = slices.Compact(names)
 	}
 }
 

@@ -730,7 +730,11 @@ func (f *fleet) apply(evs []*clientv3.Event) {
 		c, err := f.mirror.apply(f.cfg.Prefix, string(ev.GetKv().GetKey()), val)
 		if err != nil {
 			log.Warningf("Fleet %s (replica %s): ignoring %v", f.cfg.Prefix, f.cfg.Replica, err)
-			continue
+			if c == (change{}) {
+				continue
+			}
+			// A result key now holding a bad value lost its result: decide its pair again, and
+			// write this replica's own back.
 		}
 		members = members || c.members
 		if c.replica == f.cfg.Replica {

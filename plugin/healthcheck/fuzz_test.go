@@ -2,6 +2,9 @@ package healthcheck
 
 import (
 	"errors"
+	"maps"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -78,6 +81,85 @@ func FuzzParse(f *testing.F) {
 				fail("with threshold %d (HC-4)", lb.Threshold)
 			}
 			vips[lb.VIP.String()] = true
+		}
+	})
+}
+
+// FuzzFleetMirror: a replica's mirror of the fleet's keys is read from etcd, where any replica
+// (or an operator with etcdctl) writes, so its input is anything. The input is a history of puts
+// ("P KEY VALUE") and deletes ("D KEY"), one per line, under the prefix /p, applied as the watch
+// applies them. Whatever it is, the mirror afterwards must be the one a replica that starts now
+// builds from a list of the keys as they stand, in either order (F-3: replicas whose mirrors hold
+// the same keys compute the same tallies), and its tallies must be sane: regions in order, once
+// each, healthy <= decided, each prober list sorted and without repeats (F-2's rendezvous counts
+// each member once).
+func FuzzFleetMirror(f *testing.F) {
+	member := `{"nonce":"n1","checks":{"web":["us-east1","eu-west1"]}}`
+	result := `{"nonce":"n1","healthy":1,"decided":2,"failure":"status 503"}`
+	for _, s := range []string{
+		"P /p/members/a " + member + "\nP /p/results/web/10.0.0.1:80/us-east1/a " + result,
+		"P /p/members/a " + member + "\nP /p/members/b {\"nonce\":\"n2\",\"checks\":{\"web\":[\"us-east1\"]}}\n" +
+			"P /p/results/web/10.0.0.1:80/us-east1/a " + result + "\nP /p/results/web/10.0.0.1:80/us-east1/b {\"nonce\":\"n2\",\"healthy\":0,\"decided\":1}\nD /p/members/a",
+		"P /p/results/web/[::1]:80/eu-west1/a " + result + "\nD /p/results/web/[::1]:80/eu-west1/a",
+		"P /p/members/a {\"nonce\":\"n1\",\"checks\":{\"web\":[\"r\",\"r\"]}}",
+		"P /p/results/web/t/r/a {\"nonce\":\"n1\",\"healthy\":3,\"decided\":2}",
+		"P /p/results/web/t/r/a " + result + "\nP /p/results/web/t/r/a {\"nonce\":\"n1\",\"healthy\":-1}",
+		"P /p/members/a not json\nP /x/members/b " + member + "\nP /p/results/a/b",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, history string) {
+		live := newMirror()
+		keys := map[string]string{} // what etcd holds afterwards
+		for line := range strings.Lines(history) {
+			op, rest, _ := strings.Cut(strings.TrimSuffix(line, "\n"), " ")
+			key, value, _ := strings.Cut(rest, " ")
+			switch op {
+			case "P":
+				live.apply("/p", key, []byte(value)) //nolint:errcheck // the session logs and ignores it too
+				keys[key] = value
+			case "D":
+				live.apply("/p", key, nil) //nolint:errcheck // as above
+				delete(keys, key)
+			}
+		}
+		sorted := slices.Sorted(maps.Keys(keys))
+		listed := func(order []string) mirror {
+			m := newMirror()
+			for _, k := range order {
+				m.apply("/p", k, []byte(keys[k])) //nolint:errcheck // as above
+			}
+			return m
+		}
+		forward := listed(sorted)
+		slices.Reverse(sorted)
+		backward := listed(sorted)
+		for name, m := range map[string]mirror{"a list of the keys": forward, "the keys listed backwards": backward} {
+			if !reflect.DeepEqual(live.members, m.members) {
+				t.Fatalf("after %q the members are %v; %s gives %v", history, live.members, name, m.members)
+			}
+			if !maps.EqualFunc(live.probers, m.probers, slices.Equal) {
+				t.Fatalf("after %q the probers are %v; %s gives %v", history, live.probers, name, m.probers)
+			}
+			if !maps.EqualFunc(live.results, m.results, slices.Equal) {
+				t.Fatalf("after %q the results are %+v; %s gives %+v", history, live.results, name, m.results)
+			}
+		}
+		for k, names := range live.probers {
+			if !slices.IsSorted(names) || len(slices.Compact(slices.Clone(names))) != len(names) {
+				t.Fatalf("after %q the probers of %q are %v: not sorted, or a member twice (F-2)", history, k, names)
+			}
+		}
+		for pair := range live.results {
+			ts := live.tallies(pair)
+			for i, tl := range ts {
+				if i > 0 && ts[i-1].region >= tl.region {
+					t.Fatalf("after %q the tallies of %v are %+v: regions out of order or twice", history, pair, ts)
+				}
+				if tl.ok < 0 || tl.ok > tl.got {
+					t.Fatalf("after %q the tallies of %v are %+v: healthy outside 0..decided", history, pair, ts)
+				}
+			}
 		}
 	})
 }

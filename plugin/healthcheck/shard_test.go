@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -145,6 +146,41 @@ func TestMirrorTalliesF3(t *testing.T) {
 	} {
 		if _, err := m.apply("/p", bad.key, []byte(bad.val)); err == nil {
 			t.Errorf("%s %s accepted", bad.key, bad.val)
+		}
+	}
+}
+
+// F-3: a result key whose value no replica can read (bad JSON, healthy outside 0..decided, more
+// probers than a region has) counts as no result, not as the value it held before: a replica
+// that lists the keys now does not see the old value either, and the same keys must give the
+// same tallies. F-2: a member value that names a region twice counts the member once in the
+// rendezvous. (Both found by FuzzFleetMirror.)
+func TestMirrorUnreadableValuesF2F3(t *testing.T) {
+	const key = "/p/results/web/10.0.0.1:80/us-east1/a"
+	pair := pairKey{check: "web", target: "10.0.0.1:80"}
+	for _, bad := range []string{`not json`, `{"nonce":"a","healthy":-1,"decided":1}`, `{"nonce":"a","healthy":2,"decided":1}`, `{"nonce":"a","healthy":11,"decided":11}`} {
+		m := newMirror()
+		if _, err := m.apply("/p", "/p/members/a", []byte(`{"nonce":"a","checks":{"web":["us-east1","us-east1"]}}`)); err != nil {
+			t.Fatal(err)
+		}
+		if got := m.probers[proberKey("web", "us-east1")]; !slices.Equal(got, []string{"a"}) {
+			t.Errorf("probers of us-east1 %v, want [a] once (F-2)", got)
+		}
+		if _, err := m.apply("/p", key, []byte(`{"nonce":"a","healthy":1,"decided":1}`)); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(m.tallies(pair)); n != 1 {
+			t.Fatalf("%d tallies, want 1", n)
+		}
+		c, err := m.apply("/p", key, []byte(bad))
+		if err == nil || !strings.Contains(err.Error(), "bad value") {
+			t.Errorf("%s: error %v, want one saying the value is bad", bad, err)
+		}
+		if c.pair != pair || c.replica != "a" {
+			t.Errorf("%s: change %+v, want the pair and replica of the key (decided again, written back)", bad, c)
+		}
+		if ts := m.tallies(pair); len(ts) != 0 || len(m.results) != 0 {
+			t.Errorf("%s: tallies %+v after the overwrite, want none (F-3)", bad, ts)
 		}
 	}
 }
