@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -47,8 +46,8 @@ func FuzzParams(f *testing.F) {
 
 // FuzzParse: `status [ADDRESS]` either fails with an error that says where (Testfile:LINE) or
 // once per server block, or gives the default loopback address (S-1) when none is written, and
-// else the address written, a HOST:PORT whose port is a number the listener can take. Seeds:
-// every README example and the shapes of TestParse.
+// else the address written, a HOST:PORT whose port the listener can take (a number or a service
+// name). Seeds: every README example and the shapes of TestParse.
 func FuzzParse(f *testing.F) {
 	blocks, err := readme.Directive("README.md", "status")
 	if err != nil || len(blocks) == 0 {
@@ -85,8 +84,8 @@ func FuzzParse(f *testing.F) {
 		if err != nil {
 			t.Fatalf("%q parsed to %q, which is not HOST:PORT: %v", in, addr, err)
 		}
-		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
-			t.Fatalf("%q parsed to %q, whose port is not 0..65535", in, addr)
+		if _, err := net.LookupPort("tcp", port); err != nil {
+			t.Fatalf("%q parsed to %q, whose port the listener cannot take: %v", in, addr, err)
 		}
 	})
 }

@@ -3,7 +3,6 @@ package status
 import (
 	"fmt"
 	"net"
-	"strconv"
 
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/plugin"
@@ -58,8 +57,9 @@ func parse(c *caddy.Controller) (string, error) {
 			if err != nil {
 				return "", c.Errf("address %q is not HOST:PORT (default %s): %v", args[0], defaultAddr, err)
 			}
-			if _, err := strconv.ParseUint(port, 10, 16); err != nil {
-				return "", c.Errf("address %q: port %q is not a number of 0..65535", args[0], port)
+			// What the listener takes: a number, or a service name (http-alt).
+			if _, err := net.LookupPort("tcp", port); err != nil {
+				return "", c.Errf("address %q: port %q is neither a number of 0..65535 nor a known service name", args[0], port)
 			}
 			addr = args[0]
 		default:

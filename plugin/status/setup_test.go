@@ -20,8 +20,9 @@ func TestParse(t *testing.T) {
 		{"status [::1]:9000", "[::1]:9000", ""},
 		{"status :9000", ":9000", ""},
 		{"status 127.0.0.1", "", `Testfile:1 - Error during parsing: address "127.0.0.1" is not HOST:PORT`},
-		{"status :http", "", `port "http" is not a number of 0..65535`},
-		{"status 127.0.0.1:65536", "", `port "65536" is not a number of 0..65535`},
+		{"status 127.0.0.1:http", "127.0.0.1:http", ""}, // a service name, as the listener takes
+		{"status 127.0.0.1:no-such-service", "", `Testfile:1 - Error during parsing: address "127.0.0.1:no-such-service": port "no-such-service" is neither a number of 0..65535 nor a known service name`},
+		{"status 127.0.0.1:65536", "", `port "65536" is neither a number`},
 		{"status localhost:0", "localhost:0", ""},
 		{"status a b", "", "Wrong argument count"},
 		{"status {\n  foo\n}", "", `unknown property "foo"`},
