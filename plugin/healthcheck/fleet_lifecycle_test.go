@@ -20,6 +20,7 @@ import (
 	"github.com/coresteer/coresteer/plugin/pkg/health"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -816,6 +817,132 @@ func TestFleetOwnResultOverwrittenF3(t *testing.T) {
 		r := get()
 		return len(r.Kvs) == 1 && r.Kvs[0].GetLease() == lease && string(r.Kvs[0].GetValue()) == good
 	})
+}
+
+// ownKeysFleet is a joined fleet of replica r1 under lease, whose results of
+// web/10.0.0.N:80/us-east1 (N = 1..n) are written in etcd and recorded as published and wanted.
+func ownKeysFleet(t *testing.T, etcd *etcdtest.Server, prefix string, n int) (*fleet, clientv3.LeaseID, []resultKey) {
+	t.Helper()
+	cli := etcd.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	f := newFleet(testFleetConfig(etcd.Endpoint, prefix, "r1", 1))
+	t.Cleanup(func() { fleetSeries.Release("r1") })
+	f.cli = cli
+	g, err := cli.Grant(ctx, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.joined, f.lease = true, g.ID
+	if _, err := cli.Put(ctx, memberKey(prefix, "r1"), string(f.registration()), clientv3.WithLease(g.ID)); err != nil {
+		t.Fatal(err)
+	}
+	f.regVal = string(f.registration())
+	keys := make([]resultKey, n)
+	for i := range keys {
+		k := resultKey{pair: pairKey{check: "web", target: fmt.Sprintf("10.0.0.%d:80", i+1)}, region: "us-east1"}
+		v := tally{region: "us-east1", ok: 1, got: 1}
+		if _, err := cli.Put(ctx, k.key(prefix, "r1"), encodeResult(v), clientv3.WithLease(g.ID)); err != nil {
+			t.Fatal(err)
+		}
+		f.published[k] = v
+		f.want[k.pair] = map[string]tally{k.region: v}
+		keys[i] = k
+	}
+	return f, g.ID, keys
+}
+
+// ownKeyIs waits until etcd holds want (under lease) at key k of r1, or nothing when want is "".
+func ownKeyIs(t *testing.T, cli *clientv3.Client, prefix string, k resultKey, lease clientv3.LeaseID, want string) {
+	t.Helper()
+	waitFor30(t, fmt.Sprintf("%s holding %q", k.key(prefix, "r1"), want), func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		r, err := cli.Get(ctx, k.key(prefix, "r1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want == "" {
+			return len(r.Kvs) == 0
+		}
+		return len(r.Kvs) == 1 && string(r.Kvs[0].GetValue()) == want && clientv3.LeaseID(r.Kvs[0].GetLease()) == lease
+	})
+}
+
+// F-1, F-3: what happened to a replica's own keys while its watch was down (compacted away, a
+// hung member, a lost leader) is seen in the list that restarts it, as the watch would have
+// seen it: a result deleted or overwritten with an unreadable value is written back, one
+// overwritten while being withdrawn is deleted, and a deleted member key is registered again.
+// (From a review: the list rebuilt the mirror but left published saying "written", so nothing
+// was written back until the target's state changed.)
+func TestFleetOwnKeysAfterRelistF1F3(t *testing.T) {
+	leakCheck(t)
+	etcd := etcdtest.New(t)
+	cli := etcd.Client(t)
+	const prefix = "/test/relistown"
+	f, lease, keys := ownKeysFleet(t, etcd, prefix, 3)
+	good := encodeResult(f.published[keys[0]])
+	delete(f.want, keys[2].pair) // keys[2] is being withdrawn
+	f.dirty[keys[2]] = struct{}{}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, op := range []clientv3.Op{
+		clientv3.OpPut(keys[0].key(prefix, "r1"), `{"healthy":-1}`),
+		clientv3.OpDelete(keys[1].key(prefix, "r1")),
+		clientv3.OpPut(keys[2].key(prefix, "r1"), `not json`),
+		clientv3.OpDelete(memberKey(prefix, "r1")),
+	} {
+		if _, err := cli.Do(ctx, op); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := cli.Get(ctx, "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Compact(ctx, r.Header.GetRevision()); err != nil {
+		t.Fatal(err)
+	}
+	fctx, stop := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- f.follow(fctx, lease, 1) }() // from a compacted revision: listed again
+	defer stop()
+	ownKeyIs(t, cli, prefix, keys[0], lease, good)
+	ownKeyIs(t, cli, prefix, keys[1], lease, good)
+	ownKeyIs(t, cli, prefix, keys[2], lease, "")
+	waitFor30(t, "the member registered again", func() bool {
+		m := member(t, cli, prefix, "r1")
+		return len(m.Kvs) == 1 && clientv3.LeaseID(m.Kvs[0].GetLease()) == lease
+	})
+	stop()
+	if err := <-errc; err == nil {
+		t.Fatal("follow ended without an error")
+	}
+}
+
+// F-3: a result being withdrawn (no longer wanted, its delete not yet written) that the watch sees
+// overwritten with an unreadable value is still deleted: the overwrite does not make the replica
+// forget it wrote the key, which would leave a lease-less value under the prefix for good. (From
+// a review of the change that made unreadable values count as none.)
+func TestFleetWithdrawalAfterOverwriteF3(t *testing.T) {
+	leakCheck(t)
+	etcd := etcdtest.New(t)
+	cli := etcd.Client(t)
+	const prefix = "/test/withdrawbad"
+	f, lease, keys := ownKeysFleet(t, etcd, prefix, 1)
+	delete(f.want, keys[0].pair)
+	f.dirty[keys[0]] = struct{}{}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key := keys[0].key(prefix, "r1")
+	if _, err := cli.Put(ctx, key, `{"healthy":-1}`); err != nil {
+		t.Fatal(err)
+	}
+	f.apply([]*clientv3.Event{{Type: clientv3.EventTypePut, Kv: &mvccpb.KeyValue{Key: []byte(key), Value: []byte(`{"healthy":-1}`)}}})
+	if err := f.write(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	ownKeyIs(t, cli, prefix, keys[0], lease, "")
 }
 
 // F-1: a reload that moves the fleet to endpoints the new membership cannot reach, and then fails.

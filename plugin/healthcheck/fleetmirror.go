@@ -86,13 +86,15 @@ func proberKey(check, region string) string { return check + "\x00" + region }
 type change struct {
 	replica string
 	member  bool    // the key is a member's
+	result  bool    // the key is a result's (whatever its value)
 	members bool    // the members or their regions changed
 	pair    pairKey // the (check, target) of a result key
 	region  string  // and its region
 }
 
 // apply records a put (value != nil) or a delete of key. A result key whose value cannot be read
-// is recorded as holding no result, and reported both as a change and as an error.
+// is recorded as holding no result, and reported both as a change (result set) and as an error;
+// any other error is a key outside the layout, which changed nothing.
 func (m *mirror) apply(prefix, key string, value []byte) (change, error) {
 	rest, ok := strings.CutPrefix(key, prefix)
 	if !ok {
@@ -107,7 +109,7 @@ func (m *mirror) apply(prefix, key string, value []byte) (change, error) {
 			return change{}, fmt.Errorf("result key %q: want CHECK/TARGET/REGION/REPLICA", key)
 		}
 		k := resultKey{pair: pairKey{check: parts[0], target: parts[1]}, region: parts[2]}
-		c := change{replica: parts[3], pair: k.pair, region: k.region}
+		c := change{replica: parts[3], result: true, pair: k.pair, region: k.region}
 		if value == nil {
 			m.deleteResult(k, parts[3])
 			return c, nil

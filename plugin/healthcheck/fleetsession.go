@@ -15,6 +15,7 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -320,19 +321,28 @@ func (f *fleet) list(ctx context.Context) (int64, error) {
 	}
 	m := newMirror()
 	others := 0 // results of other replicas: received, as those the watch brings later
+	own := make(map[resultKey]*mvccpb.KeyValue)
+	var memberLease int64
 	for _, kv := range resp.Kvs {
 		c, err := m.apply(f.cfg.Prefix, string(kv.GetKey()), kv.GetValue())
 		if err != nil {
 			log.Warningf("Fleet %s (replica %s): ignoring %v", f.cfg.Prefix, f.cfg.Replica, err)
-			continue
 		}
-		if !c.member && c.replica != f.cfg.Replica {
-			others++
+		switch {
+		case c.replica != f.cfg.Replica:
+			if err == nil && c.result {
+				others++
+			}
+		case c.member:
+			memberLease = kv.GetLease()
+		case c.result:
+			own[resultKey{pair: c.pair, region: c.region}] = kv
 		}
 	}
 	f.cReceived.Add(float64(others))
 	rev := resp.Header.GetRevision()
 	f.mu.Lock()
+	f.ownKeysListed(own, memberLease)
 	changed := !sameMembers(f.mirror.members, m.members)
 	f.mirror = m
 	if changed {
@@ -510,8 +520,11 @@ func (f *fleet) reclaim(ctx context.Context, lease clientv3.LeaseID) (bool, erro
 	f.mu.Lock()
 	for k, v := range f.published {
 		if _, want := f.want[k.pair][k.region]; !want {
-			if _, withdrawn := f.dirty[k]; withdrawn {
-				continue // forgotten: the write deletes it
+			if _, withdrawn := f.dirty[k]; withdrawn || v == unknownValue {
+				// Forgotten, or overwritten (lostResult) so that what it held is not known: the
+				// write deletes it.
+				f.dirty[k] = struct{}{}
+				continue
 			}
 			// Handed over (handOver) to the membership that leaves now, which lost it before it
 			// wrote it (its session never joined, or ended): this one publishes it again, with
@@ -730,7 +743,7 @@ func (f *fleet) apply(evs []*clientv3.Event) {
 		c, err := f.mirror.apply(f.cfg.Prefix, string(ev.GetKv().GetKey()), val)
 		if err != nil {
 			log.Warningf("Fleet %s (replica %s): ignoring %v", f.cfg.Prefix, f.cfg.Replica, err)
-			if c == (change{}) {
+			if !c.result {
 				continue
 			}
 			// A result key now holding a bad value lost its result: decide its pair again, and
@@ -745,7 +758,7 @@ func (f *fleet) apply(evs []*clientv3.Event) {
 		}
 		// This replica's own results too: its verdict reads them from etcd, as the others do.
 		pairs = append(pairs, c.pair)
-		if c.replica != f.cfg.Replica {
+		if c.replica != f.cfg.Replica && err == nil {
 			f.cReceived.Inc()
 		}
 	}
@@ -774,15 +787,57 @@ func (f *fleet) ownKey(ev *clientv3.Event, c change) {
 		return
 	}
 	if c.member {
-		f.regDue, f.regVal = true, ""
-		f.poke()
+		f.lostRegistration()
 		return
 	}
-	k := resultKey{pair: c.pair, region: c.region}
-	if _, had := f.published[k]; had {
+	f.lostResult(resultKey{pair: c.pair, region: c.region}, ev.Type == clientv3.EventTypeDelete) //nolint:protogetter // Event is clientv3's own type
+}
+
+// lostRegistration has the member key written again, whatever it held. f.mu is held.
+func (f *fleet) lostRegistration() {
+	f.regDue, f.regVal = true, ""
+	f.poke()
+}
+
+// unknownValue is what published holds for a key of this replica's that etcd holds with another
+// value or lease than this session wrote: a value no want equals, so the next write puts the
+// wanted value again, or deletes the key when it is no longer wanted (a pending withdrawal).
+var unknownValue = tally{ok: -1, got: -1}
+
+// lostResult notes that one of this replica's published results was deleted (gone) or
+// overwritten, so that the next write puts it back or withdraws it. f.mu is held.
+func (f *fleet) lostResult(k resultKey, gone bool) {
+	if _, had := f.published[k]; !had {
+		return
+	}
+	if gone {
 		delete(f.published, k)
-		f.dirty[k] = struct{}{}
-		f.poke()
+	} else {
+		f.published[k] = unknownValue
+	}
+	f.dirty[k] = struct{}{}
+	f.poke()
+}
+
+// ownKeysListed does for a list what ownKey does for the watch's events: the keys of this
+// replica that the list shows deleted, or holding another value or lease than this session wrote
+// while the watch was down, are written again (or withdrawn). own are the replica's result keys
+// as listed, memberLease the lease of its member key (0 when there is none). f.mu is held.
+func (f *fleet) ownKeysListed(own map[resultKey]*mvccpb.KeyValue, memberLease int64) {
+	if !f.joined {
+		return // joining: what it writes next is under the new lease anyway
+	}
+	if clientv3.LeaseID(memberLease) != f.lease {
+		f.lostRegistration()
+	}
+	for k, v := range f.published {
+		kv, ok := own[k]
+		switch {
+		case !ok:
+			f.lostResult(k, true)
+		case clientv3.LeaseID(kv.GetLease()) != f.lease || string(kv.GetValue()) != encodeResult(v):
+			f.lostResult(k, false)
+		}
 	}
 }
 

@@ -116,7 +116,8 @@ func FuzzFleetMirror(f *testing.F) {
 			key, value, _ := strings.Cut(rest, " ")
 			switch op {
 			case "P":
-				live.apply("/p", key, []byte(value)) //nolint:errcheck // the session logs and ignores it too
+				// An empty value reaches the session as nil (etcd's protobuf), as a delete does.
+				live.apply("/p", key, bytesOrNil(value)) //nolint:errcheck // the session logs and ignores it too
 				keys[key] = value
 			case "D":
 				live.apply("/p", key, nil) //nolint:errcheck // as above
@@ -127,7 +128,7 @@ func FuzzFleetMirror(f *testing.F) {
 		listed := func(order []string) mirror {
 			m := newMirror()
 			for _, k := range order {
-				m.apply("/p", k, []byte(keys[k])) //nolint:errcheck // as above
+				m.apply("/p", k, bytesOrNil(keys[k])) //nolint:errcheck // as above
 			}
 			return m
 		}
@@ -162,4 +163,11 @@ func FuzzFleetMirror(f *testing.F) {
 			}
 		}
 	})
+}
+
+func bytesOrNil(s string) []byte {
+	if s == "" {
+		return nil
+	}
+	return []byte(s)
 }
