@@ -113,6 +113,9 @@ type fleet struct {
 	want      map[pairKey]map[string]tally
 	published map[resultKey]tally
 	dirty     map[resultKey]struct{}
+	// lostAt is, for a result of this replica's, the revision at which the watch last showed it
+	// deleted or overwritten: a write of it that etcd applied before that revision did not stick.
+	lostAt map[resultKey]int64
 }
 
 // revMark is a revision etcd returned to a linearizable read, and when the read was asked.
@@ -241,6 +244,7 @@ func newFleet(cfg *fleetConfig) *fleet {
 		want:       make(map[pairKey]map[string]tally),
 		published:  make(map[resultKey]tally),
 		dirty:      make(map[resultKey]struct{}),
+		lostAt:     make(map[resultKey]int64),
 	}
 	f.setFallback(true)
 	return f

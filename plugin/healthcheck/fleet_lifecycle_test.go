@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +24,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
 )
 
 // fleetLB is a Corefile whose load balancer wants its backends probed by check tcp1, in a fleet.
@@ -829,7 +832,7 @@ func ownKeysFleet(t *testing.T, etcd *etcdtest.Server, prefix string, n int) (*f
 	f := newFleet(testFleetConfig(etcd.Endpoint, prefix, "r1", 1))
 	t.Cleanup(func() { fleetSeries.Release("r1") })
 	f.cli = cli
-	g, err := cli.Grant(ctx, 30)
+	g, err := cli.Grant(ctx, 600) // outlives the test: nothing renews it, and no key may expire
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -943,6 +946,163 @@ func TestFleetWithdrawalAfterOverwriteF3(t *testing.T) {
 		t.Fatal(err)
 	}
 	ownKeyIs(t, cli, prefix, keys[0], lease, "")
+}
+
+// txnHookClient is a client of etcd whose every successful Txn is followed, before its reply is
+// returned, by after (given the call's context and request); after's error replaces the reply.
+func txnHookClient(t *testing.T, endpoint string, after func(ctx context.Context, req any) error) *clientv3.Client {
+	t.Helper()
+	hook := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if err := invoker(ctx, method, req, reply, cc, opts...); err != nil || !strings.HasSuffix(method, "/Txn") {
+			return err
+		}
+		return after(ctx, req)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(hook)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// F-3: a result put that etcd applied but whose reply was lost (the write timed out), then
+// withdrawn (no state any more, or the region no longer chosen), is deleted: a failed write
+// leaves what the key holds unknown. (From a review: the replica thought it had never written
+// the key, skipped the delete, and every replica counted the withdrawn result for the rest of the
+// session.)
+func TestFleetLostReplyThenWithdrawnF3(t *testing.T) {
+	leakCheck(t)
+	etcd := etcdtest.New(t)
+	cli := etcd.Client(t)
+	const prefix = "/test/lostreply"
+	f, lease, _ := ownKeysFleet(t, etcd, prefix, 0)
+	var drop atomic.Bool
+	f.cli = txnHookClient(t, etcd.Endpoint, func(ctx context.Context, _ any) error {
+		if drop.CompareAndSwap(true, false) {
+			<-ctx.Done() // applied, but the reply never comes: the call times out
+			return status.FromContextError(ctx.Err()).Err()
+		}
+		return nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	k := resultKey{pair: pairKey{check: "web", target: "10.0.0.9:80"}, region: "us-east1"}
+	v := tally{region: "us-east1", ok: 0, got: 1, failure: "refused"}
+	f.mu.Lock()
+	f.want[k.pair] = map[string]tally{k.region: v}
+	f.dirty[k] = struct{}{}
+	f.mu.Unlock()
+	drop.Store(true)
+	if err := f.write(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	ownKeyIs(t, cli, prefix, k, lease, encodeResult(v)) // etcd has it
+	f.mu.RLock()
+	failed := f.lastErr != nil
+	f.mu.RUnlock()
+	if !failed {
+		t.Fatal("the write did not fail: the reply was not dropped")
+	}
+	f.mu.Lock()
+	delete(f.want, k.pair)
+	f.dirty[k] = struct{}{}
+	f.mu.Unlock()
+	if err := f.write(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	ownKeyIs(t, cli, prefix, k, lease, "")
+}
+
+// F-3: this replica's result deleted or overwritten right after its put is applied, with the
+// watch showing it before the put's reply is read, is written back: the reply does not erase what
+// the watch saw. (From a review: the reply recorded the value as published, and the key kept the
+// other value until the target's state changed.) Both for a key not yet published and for one
+// that was, and for an overwrite and a deletion.
+func TestFleetOverwriteDuringWriteF3(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		published bool
+		overwrite clientv3.Op
+	}{
+		{"new key overwritten", false, clientv3.OpPut("", `not json`)},
+		{"published key overwritten", true, clientv3.OpPut("", `not json`)},
+		{"published key deleted", true, clientv3.OpDelete("")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			leakCheck(t)
+			etcd := etcdtest.New(t)
+			cli := etcd.Client(t)
+			prefix := "/test/duringwrite"
+			n := 0
+			if tc.published {
+				n = 1
+			}
+			f, lease, keys := ownKeysFleet(t, etcd, prefix, n)
+			k := resultKey{pair: pairKey{check: "web", target: "10.0.0.1:80"}, region: "us-east1"}
+			if tc.published {
+				k = keys[0]
+			}
+			key := k.key(prefix, "r1")
+			var arm atomic.Bool
+			f.cli = txnHookClient(t, etcd.Endpoint, func(ctx context.Context, req any) error {
+				if s, ok := req.(fmt.Stringer); !ok || !strings.Contains(s.String(), key) || !arm.CompareAndSwap(true, false) {
+					return nil
+				}
+				// Right after the put is applied, someone else writes the key; the watch shows
+				// it before this reply reaches write.
+				op := clientv3.OpPut(key, `not json`)
+				if tc.overwrite.IsDelete() {
+					op = clientv3.OpDelete(key)
+				}
+				r, err := cli.Do(ctx, op)
+				if err != nil {
+					return err
+				}
+				rev := r.Put()
+				var at int64
+				if rev != nil {
+					at = rev.Header.GetRevision()
+				} else {
+					at = r.Del().Header.GetRevision()
+				}
+				for ctx.Err() == nil {
+					f.mu.RLock()
+					seen := f.seen
+					f.mu.RUnlock()
+					if seen >= at {
+						return nil
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+				return ctx.Err()
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			r, err := cli.Get(ctx, "/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			fctx, stop := context.WithCancel(context.Background())
+			defer stop()
+			errc := make(chan error, 1)
+			go func() { errc <- f.follow(fctx, lease, r.Header.GetRevision()) }()
+			v := tally{region: "us-east1", ok: 0, got: 1, failure: "refused"}
+			arm.Store(true)
+			f.mu.Lock()
+			f.want[k.pair] = map[string]tally{k.region: v}
+			f.dirty[k] = struct{}{}
+			f.poke()
+			f.mu.Unlock()
+			waitFor30(t, "the put and the other write", func() bool { return !arm.Load() })
+			ownKeyIs(t, cli, prefix, k, lease, encodeResult(v))
+			stop()
+			if err := <-errc; err == nil {
+				t.Fatal("follow ended without an error")
+			}
+		})
+	}
 }
 
 // F-1: a reload that moves the fleet to endpoints the new membership cannot reach, and then fails.

@@ -131,6 +131,7 @@ func (f *fleet) lost(err error, first bool) {
 	clear(f.want)
 	clear(f.published)
 	clear(f.dirty)
+	clear(f.lostAt)
 	f.unwritten, f.alarm, f.lastErr = time.Time{}, "", err
 	f.setFallback(true)
 	quiet := errors.Is(err, errDuplicate) || errors.Is(err, errSuperseded) || (f.outage && !first)
@@ -790,7 +791,10 @@ func (f *fleet) ownKey(ev *clientv3.Event, c change) {
 		f.lostRegistration()
 		return
 	}
-	f.lostResult(resultKey{pair: c.pair, region: c.region}, ev.Type == clientv3.EventTypeDelete) //nolint:protogetter // Event is clientv3's own type
+	k := resultKey{pair: c.pair, region: c.region}
+	// A write of k may be in flight, its reply not yet read: write checks this revision.
+	f.lostAt[k] = max(f.lostAt[k], ev.Kv.GetModRevision()) //nolint:protogetter // Event is clientv3's own type
+	f.lostResult(k, ev.Type == clientv3.EventTypeDelete)   //nolint:protogetter // as above
 }
 
 // lostRegistration has the member key written again, whatever it held. f.mu is held.
@@ -917,17 +921,30 @@ func (f *fleet) write(ctx context.Context, lease clientv3.LeaseID) error {
 			return nil
 		}
 		c, cancel := f.timeout(ctx)
-		_, err := f.cli.Txn(c).Then(ops...).Commit()
+		resp, err := f.cli.Txn(c).Then(ops...).Commit()
 		cancel()
 		f.mu.Lock()
 		if err != nil {
 			for _, k := range keys {
 				f.dirty[k] = struct{}{}
+				// etcd may have applied it and only the reply been lost: what the key holds is
+				// not known, so the next write puts the wanted value, or deletes a withdrawn one.
+				f.published[k] = unknownValue
 			}
 			f.mu.Unlock()
 			return f.writeFailed(err)
 		}
 		for i, k := range keys {
+			lost, ok := f.lostAt[k]
+			delete(f.lostAt, k)
+			if ok && lost > resp.Header.GetRevision() {
+				// Deleted or overwritten after this write, and seen by the watch before its
+				// reply: the write did not stick.
+				f.published[k] = unknownValue
+				f.dirty[k] = struct{}{}
+				f.poke()
+				continue
+			}
 			if ops[i].IsDelete() {
 				delete(f.published, k)
 			} else {
