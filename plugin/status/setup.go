@@ -57,7 +57,7 @@ func parse(c *caddy.Controller) (string, error) {
 			if err != nil {
 				return "", c.Errf("address %q is not HOST:PORT (default %s): %v", args[0], defaultAddr, err)
 			}
-			// What the listener takes: a number, or a service name (http-alt).
+			// What the listener takes: a number, or a service name (http).
 			if _, err := net.LookupPort("tcp", port); err != nil {
 				return "", c.Errf("address %q: port %q is neither a number of 0..65535 nor a known service name", args[0], port)
 			}
