@@ -113,9 +113,18 @@ type fleet struct {
 	want      map[pairKey]map[string]tally
 	published map[resultKey]tally
 	dirty     map[resultKey]struct{}
-	// lostAt is, for a result of this replica's, the revision at which the watch last showed it
-	// deleted or overwritten: a write of it that etcd applied before that revision did not stick.
-	lostAt map[resultKey]int64
+	// The watch and the writes of this replica's own results race: an event may come before the
+	// reply of a write made before it, or after the reply of a write made after it.
+	// inflight are the keys of the Txn waiting for its reply; lostAt, for those, the revision at
+	// which the watch showed the key deleted or overwritten meanwhile (a write applied before it
+	// did not stick); wroteAt, the revision of this session's last write of a key, until the watch
+	// has gone past it (an event at or before it is old news).
+	inflight map[resultKey]struct{}
+	lostAt   map[resultKey]int64
+	wroteAt  map[resultKey]int64
+	// handed is what handOver passed to a new membership of this process, by key: published
+	// again by reclaim if that membership fails before writing it.
+	handed map[resultKey]tally
 }
 
 // revMark is a revision etcd returned to a linearizable read, and when the read was asked.
@@ -245,6 +254,9 @@ func newFleet(cfg *fleetConfig) *fleet {
 		published:  make(map[resultKey]tally),
 		dirty:      make(map[resultKey]struct{}),
 		lostAt:     make(map[resultKey]int64),
+		inflight:   make(map[resultKey]struct{}),
+		wroteAt:    make(map[resultKey]int64),
+		handed:     make(map[resultKey]tally),
 	}
 	f.setFallback(true)
 	return f
@@ -316,8 +328,9 @@ func (f *fleet) handOver(pair pairKey, g *fleet) {
 	f.mu.Lock()
 	w := f.want[pair]
 	delete(f.want, pair)
-	for region := range w {
+	for region, v := range w {
 		delete(f.dirty, resultKey{pair: pair, region: region})
+		f.handed[resultKey{pair: pair, region: region}] = v
 	}
 	f.mu.Unlock()
 	if len(w) == 0 {

@@ -1045,7 +1045,7 @@ func TestFleetOverwriteDuringWriteF3(t *testing.T) {
 				k = keys[0]
 			}
 			key := k.key(prefix, "r1")
-			var arm atomic.Bool
+			var arm, hooked atomic.Bool
 			f.cli = txnHookClient(t, etcd.Endpoint, func(ctx context.Context, req any) error {
 				if s, ok := req.(fmt.Stringer); !ok || !strings.Contains(s.String(), key) || !arm.CompareAndSwap(true, false) {
 					return nil
@@ -1072,6 +1072,7 @@ func TestFleetOverwriteDuringWriteF3(t *testing.T) {
 					seen := f.seen
 					f.mu.RUnlock()
 					if seen >= at {
+						hooked.Store(true)
 						return nil
 					}
 					time.Sleep(10 * time.Millisecond)
@@ -1095,7 +1096,7 @@ func TestFleetOverwriteDuringWriteF3(t *testing.T) {
 			f.dirty[k] = struct{}{}
 			f.poke()
 			f.mu.Unlock()
-			waitFor30(t, "the put and the other write", func() bool { return !arm.Load() })
+			waitFor30(t, "the put, the other write, and the watch showing it", hooked.Load)
 			ownKeyIs(t, cli, prefix, k, lease, encodeResult(v))
 			stop()
 			if err := <-errc; err == nil {
@@ -1103,6 +1104,170 @@ func TestFleetOverwriteDuringWriteF3(t *testing.T) {
 			}
 		})
 	}
+}
+
+// followFrom runs f's session from etcd's current revision until the test ends.
+func followFrom(t *testing.T, f *fleet, cli *clientv3.Client, lease clientv3.LeaseID) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, err := cli.Get(ctx, "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fctx, stop := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- f.follow(fctx, lease, r.Header.GetRevision()) }()
+	t.Cleanup(func() { stop(); <-errc })
+}
+
+// watchCurrent waits until f's watch has delivered everything etcd holds now.
+func watchCurrent(t *testing.T, f *fleet, cli *clientv3.Client) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, err := cli.Get(ctx, "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor30(t, "the watch current", func() bool {
+		f.mu.RLock()
+		defer f.mu.RUnlock()
+		return f.seen >= r.Header.GetRevision()
+	})
+}
+
+// F-3: what the session keeps to order the watch's events against its own writes (inflight,
+// lostAt, wroteAt) does not grow with the keys it ever wrote: after results are published and
+// withdrawn, and the watch has gone past them, nothing is left. (From a review: lostAt kept an
+// entry for each own withdrawal the watch showed after the write's reply.)
+func TestFleetOwnKeyBookkeepingBoundedF3(t *testing.T) {
+	leakCheck(t)
+	etcd := etcdtest.New(t)
+	cli := etcd.Client(t)
+	const prefix = "/test/bookkeeping"
+	f, lease, _ := ownKeysFleet(t, etcd, prefix, 0)
+	followFrom(t, f, cli, lease)
+	const rounds, n = 5, 40
+	for round := range rounds {
+		keys := make([]resultKey, n)
+		f.mu.Lock()
+		for i := range keys {
+			keys[i] = resultKey{pair: pairKey{check: "web", target: fmt.Sprintf("10.%d.0.%d:80", round, i)}, region: "us-east1"}
+			f.want[keys[i].pair] = map[string]tally{"us-east1": {region: "us-east1", ok: 1, got: 1}}
+			f.dirty[keys[i]] = struct{}{}
+		}
+		f.poke()
+		f.mu.Unlock()
+		waitFor30(t, "published", func() bool {
+			f.mu.RLock()
+			defer f.mu.RUnlock()
+			return len(f.published) == n && len(f.dirty) == 0
+		})
+		f.mu.Lock()
+		for _, k := range keys { // withdrawn: targets removed, or regions no longer chosen
+			delete(f.want, k.pair)
+			f.dirty[k] = struct{}{}
+		}
+		f.poke()
+		f.mu.Unlock()
+		waitFor30(t, "withdrawn", func() bool {
+			f.mu.RLock()
+			defer f.mu.RUnlock()
+			return len(f.published) == 0 && len(f.dirty) == 0
+		})
+	}
+	watchCurrent(t, f, cli)
+	waitFor30(t, "the bookkeeping empty", func() bool {
+		f.mu.RLock()
+		defer f.mu.RUnlock()
+		return len(f.inflight)+len(f.lostAt)+len(f.wroteAt) == 0
+	})
+}
+
+// F-3: an event of this replica's own key that the watch delivers after the reply of a later
+// write of that key (a watch on a slower member) is old news: it does not make the replica forget
+// what it wrote. (From a review: its own earlier delete, delivered late, made it forget the put
+// that followed, so the withdrawal after that skipped the delete and the result stayed under the
+// lease for the session.)
+func TestFleetStaleEventAfterWriteF3(t *testing.T) {
+	leakCheck(t)
+	etcd := etcdtest.New(t)
+	cli := etcd.Client(t)
+	const prefix = "/test/staleevent"
+	f, lease, keys := ownKeysFleet(t, etcd, prefix, 1)
+	k := keys[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := cli.Get(ctx, "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wch := cli.Watch(ctx, k.key(prefix, "r1"), clientv3.WithRev(r.Header.GetRevision()+1))
+	write := func(want *tally) {
+		t.Helper()
+		f.mu.Lock()
+		if want == nil {
+			delete(f.want, k.pair)
+		} else {
+			f.want[k.pair] = map[string]tally{k.region: *want}
+		}
+		f.dirty[k] = struct{}{}
+		f.mu.Unlock()
+		if err := f.write(ctx, lease); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(nil)                                                           // withdrawn: deleted at R0
+	write(&tally{region: "us-east1", ok: 0, got: 1, failure: "refused"}) // chosen again: put at R1
+	wr := <-wch
+	if len(wr.Events) == 0 || wr.Events[0].Type != clientv3.EventTypeDelete { //nolint:protogetter // Event is clientv3's own type
+		t.Fatalf("the first event is not the delete: %+v", wr.Events)
+	}
+	f.apply(wr.Events[:1]) // the delete of R0, delivered only now
+	write(nil)             // withdrawn again
+	ownKeyIs(t, cli, prefix, k, lease, "")
+}
+
+// F-1: a failed reload after a write whose reply was lost: the result was handed over to the new
+// membership, which never joined, and the surviving one publishes it again with the value it
+// handed over; it does not delete it for not knowing what etcd holds. (From a review: the lost
+// reply marked the key unknown, and reclaim deleted it.)
+func TestFleetReclaimAfterLostReplyF1(t *testing.T) {
+	leakCheck(t)
+	etcd := etcdtest.New(t)
+	cli := etcd.Client(t)
+	const prefix = "/test/reclaimlost"
+	f, lease, keys := ownKeysFleet(t, etcd, prefix, 1)
+	k := keys[0]
+	var drop atomic.Bool
+	f.cli = txnHookClient(t, etcd.Endpoint, func(ctx context.Context, _ any) error {
+		if drop.CompareAndSwap(true, false) {
+			<-ctx.Done() // applied, but the reply never comes
+			return status.FromContextError(ctx.Err()).Err()
+		}
+		return nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	v1 := tally{region: "us-east1", ok: 0, got: 1, failure: "refused"}
+	f.mu.Lock()
+	f.want[k.pair] = map[string]tally{k.region: v1}
+	f.dirty[k] = struct{}{}
+	f.mu.Unlock()
+	drop.Store(true)
+	if err := f.write(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	// A reload to endpoints nobody answers: the result goes to the new membership, which never
+	// joins; the reload fails and this one takes its keys back.
+	heir := newFleet(testFleetConfig("http://127.0.0.1:1", prefix, "r1", 1))
+	t.Cleanup(func() { fleetSeries.Release("r1") })
+	f.handOver(k.pair, heir)
+	if _, err := f.reclaim(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	ownKeyIs(t, cli, prefix, k, lease, encodeResult(v1))
 }
 
 // F-1: a reload that moves the fleet to endpoints the new membership cannot reach, and then fails.

@@ -132,6 +132,9 @@ func (f *fleet) lost(err error, first bool) {
 	clear(f.published)
 	clear(f.dirty)
 	clear(f.lostAt)
+	clear(f.inflight)
+	clear(f.wroteAt)
+	clear(f.handed)
 	f.unwritten, f.alarm, f.lastErr = time.Time{}, "", err
 	f.setFallback(true)
 	quiet := errors.Is(err, errDuplicate) || errors.Is(err, errSuperseded) || (f.outage && !first)
@@ -521,7 +524,9 @@ func (f *fleet) reclaim(ctx context.Context, lease clientv3.LeaseID) (bool, erro
 	f.mu.Lock()
 	for k, v := range f.published {
 		if _, want := f.want[k.pair][k.region]; !want {
-			if _, withdrawn := f.dirty[k]; withdrawn || v == unknownValue {
+			if h, ok := f.handed[k]; ok {
+				v = h
+			} else if _, withdrawn := f.dirty[k]; withdrawn || v == unknownValue {
 				// Forgotten, or overwritten (lostResult) so that what it held is not known: the
 				// write deletes it.
 				f.dirty[k] = struct{}{}
@@ -529,7 +534,7 @@ func (f *fleet) reclaim(ctx context.Context, lease clientv3.LeaseID) (bool, erro
 			}
 			// Handed over (handOver) to the membership that leaves now, which lost it before it
 			// wrote it (its session never joined, or ended): this one publishes it again, with
-			// the value it wrote, until its next round of the target.
+			// the value it handed over, until its next round of the target.
 			if f.want[k.pair] == nil {
 				f.want[k.pair] = make(map[string]tally)
 			}
@@ -543,6 +548,7 @@ func (f *fleet) reclaim(ctx context.Context, lease clientv3.LeaseID) (bool, erro
 			f.dirty[resultKey{pair: pair, region: region}] = struct{}{}
 		}
 	}
+	clear(f.handed)
 	f.mu.Unlock()
 	if err := f.write(ctx, lease); err != nil {
 		return false, err
@@ -626,6 +632,11 @@ func (f *fleet) settle() {
 		n++
 	}
 	f.marks = f.marks[:n]
+	for k, rev := range f.wroteAt {
+		if rev <= f.seen {
+			delete(f.wroteAt, k)
+		}
+	}
 	if !asked.IsZero() {
 		f.current(asked)
 	}
@@ -792,9 +803,15 @@ func (f *fleet) ownKey(ev *clientv3.Event, c change) {
 		return
 	}
 	k := resultKey{pair: c.pair, region: c.region}
-	// A write of k may be in flight, its reply not yet read: write checks this revision.
-	f.lostAt[k] = max(f.lostAt[k], ev.Kv.GetModRevision()) //nolint:protogetter // Event is clientv3's own type
-	f.lostResult(k, ev.Type == clientv3.EventTypeDelete)   //nolint:protogetter // as above
+	rev := ev.Kv.GetModRevision() //nolint:protogetter // Event is clientv3's own type
+	if w, ok := f.wroteAt[k]; ok && rev <= w {
+		return // older than this session's last write of k, whose reply was read
+	}
+	if _, ok := f.inflight[k]; ok {
+		// The write's reply is not read yet: it tells whether the write came before or after.
+		f.lostAt[k] = max(f.lostAt[k], rev)
+	}
+	f.lostResult(k, ev.Type == clientv3.EventTypeDelete) //nolint:protogetter // as above
 }
 
 // lostRegistration has the member key written again, whatever it held. f.mu is held.
@@ -914,6 +931,7 @@ func (f *fleet) write(ctx context.Context, lease clientv3.LeaseID) error {
 			}
 			keys = append(keys, k)
 			vals = append(vals, v)
+			f.inflight[k] = struct{}{}
 		}
 		f.mu.Unlock()
 		if len(ops) == 0 {
@@ -924,8 +942,12 @@ func (f *fleet) write(ctx context.Context, lease clientv3.LeaseID) error {
 		resp, err := f.cli.Txn(c).Then(ops...).Commit()
 		cancel()
 		f.mu.Lock()
+		for _, k := range keys {
+			delete(f.inflight, k)
+		}
 		if err != nil {
 			for _, k := range keys {
+				delete(f.lostAt, k)
 				f.dirty[k] = struct{}{}
 				// etcd may have applied it and only the reply been lost: what the key holds is
 				// not known, so the next write puts the wanted value, or deletes a withdrawn one.
@@ -945,6 +967,7 @@ func (f *fleet) write(ctx context.Context, lease clientv3.LeaseID) error {
 				f.poke()
 				continue
 			}
+			f.wroteAt[k] = resp.Header.GetRevision()
 			if ops[i].IsDelete() {
 				delete(f.published, k)
 			} else {
