@@ -122,9 +122,10 @@ type fleet struct {
 	inflight map[resultKey]struct{}
 	lostAt   map[resultKey]int64
 	wroteAt  map[resultKey]int64
-	// handed is what handOver passed to a new membership of this process, by key: published
-	// again by reclaim if that membership fails before writing it.
-	handed map[resultKey]tally
+	// handed are the pairs handOver passed to another membership of this process and that this
+	// one has not published or withdrawn since: what reclaim publishes again when that
+	// membership leaves without having taken them over.
+	handed map[pairKey]struct{}
 }
 
 // revMark is a revision etcd returned to a linearizable read, and when the read was asked.
@@ -254,9 +255,9 @@ func newFleet(cfg *fleetConfig) *fleet {
 		published:  make(map[resultKey]tally),
 		dirty:      make(map[resultKey]struct{}),
 		lostAt:     make(map[resultKey]int64),
+		handed:     make(map[pairKey]struct{}),
 		inflight:   make(map[resultKey]struct{}),
 		wroteAt:    make(map[resultKey]int64),
-		handed:     make(map[resultKey]tally),
 	}
 	f.setFallback(true)
 	return f
@@ -328,9 +329,11 @@ func (f *fleet) handOver(pair pairKey, g *fleet) {
 	f.mu.Lock()
 	w := f.want[pair]
 	delete(f.want, pair)
-	for region, v := range w {
+	for region := range w {
 		delete(f.dirty, resultKey{pair: pair, region: region})
-		f.handed[resultKey{pair: pair, region: region}] = v
+	}
+	if len(w) > 0 {
+		f.handed[pair] = struct{}{}
 	}
 	f.mu.Unlock()
 	if len(w) == 0 {
@@ -341,6 +344,7 @@ func (f *fleet) handOver(pair pairKey, g *fleet) {
 	if g.want[pair] != nil {
 		return
 	}
+	delete(g.handed, pair)
 	g.want[pair] = w
 	for region := range w {
 		g.dirty[resultKey{pair: pair, region: region}] = struct{}{}
@@ -417,6 +421,7 @@ func (f *fleet) publish(c *Check, target string, states []tally, chosenRegions u
 	pair := pairKey{check: c.Name, target: target}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	delete(f.handed, pair) // this membership decides about it again
 	if !f.joined {
 		return
 	}
@@ -467,6 +472,7 @@ func (f *fleet) publish(c *Check, target string, states []tally, chosenRegions u
 func (f *fleet) forget(pair pairKey) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	delete(f.handed, pair)
 	w := f.want[pair]
 	if w == nil {
 		return

@@ -1229,45 +1229,157 @@ func TestFleetStaleEventAfterWriteF3(t *testing.T) {
 	ownKeyIs(t, cli, prefix, k, lease, "")
 }
 
-// F-1: a failed reload after a write whose reply was lost: the result was handed over to the new
-// membership, which never joined, and the surviving one publishes it again with the value it
-// handed over; it does not delete it for not knowing what etcd holds. (From a review: the lost
-// reply marked the key unknown, and reclaim deleted it.)
-func TestFleetReclaimAfterLostReplyF1(t *testing.T) {
+// F-1: a failed reload after this replica's result changed without it knowing the value: the
+// result was handed over to the new membership, which never joined (or ended), and the surviving
+// one publishes again what etcd held, as its watch showed it: its own write whose reply was lost,
+// or what the leaving membership wrote after the hand-over. (From reviews: after a lost reply
+// reclaim deleted the result; a first fix republished the value handed over, older than the
+// leaving membership's.)
+func TestFleetReclaimPublishesWhatWasHeldF1(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		lostReply bool // else: the leaving membership wrote a newer value under its lease
+	}{{"own write, reply lost", true}, {"newer value of the leaving membership", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			leakCheck(t)
+			etcd := etcdtest.New(t)
+			cli := etcd.Client(t)
+			const prefix = "/test/reclaimheld"
+			f, lease, keys := ownKeysFleet(t, etcd, prefix, 1)
+			k := keys[0]
+			var drop atomic.Bool
+			f.cli = txnHookClient(t, etcd.Endpoint, func(ctx context.Context, _ any) error {
+				if drop.CompareAndSwap(true, false) {
+					<-ctx.Done() // applied, but the reply never comes
+					return status.FromContextError(ctx.Err()).Err()
+				}
+				return nil
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			r, err := cli.Get(ctx, "/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			wch := cli.Watch(ctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithRev(r.Header.GetRevision()+1))
+			heir := newFleet(testFleetConfig("http://127.0.0.1:1", prefix, "r1", 1))
+			t.Cleanup(func() { fleetSeries.Release("r1") })
+			v1 := tally{region: "us-east1", ok: 0, got: 1, failure: "refused"}
+			if tc.lostReply {
+				f.mu.Lock()
+				f.want[k.pair] = map[string]tally{k.region: v1}
+				f.dirty[k] = struct{}{}
+				f.mu.Unlock()
+				drop.Store(true)
+				if err := f.write(ctx, lease); err != nil {
+					t.Fatal(err)
+				}
+				f.handOver(k.pair, heir)
+			} else {
+				f.handOver(k.pair, heir)
+				g, err := cli.Grant(ctx, 600)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := cli.Put(ctx, k.key(prefix, "r1"), encodeResult(v1), clientv3.WithLease(g.ID)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			f.delivered(<-wch) // the watch shows the put
+			if _, err := f.reclaim(ctx, lease); err != nil {
+				t.Fatal(err)
+			}
+			ownKeyIs(t, cli, prefix, k, lease, encodeResult(v1))
+		})
+	}
+}
+
+// F-1, F-3: a result handed over and back, then withdrawn (its target removed), is deleted, and a
+// failed reload after that does not publish it again. (From a review: a record of the hand-over
+// outlived it and made reclaim bring the removed target's result back for the session.)
+func TestFleetReclaimAfterHandBackAndWithdrawalF1F3(t *testing.T) {
 	leakCheck(t)
 	etcd := etcdtest.New(t)
 	cli := etcd.Client(t)
-	const prefix = "/test/reclaimlost"
+	const prefix = "/test/handback"
 	f, lease, keys := ownKeysFleet(t, etcd, prefix, 1)
 	k := keys[0]
-	var drop atomic.Bool
-	f.cli = txnHookClient(t, etcd.Endpoint, func(ctx context.Context, _ any) error {
-		if drop.CompareAndSwap(true, false) {
-			<-ctx.Done() // applied, but the reply never comes
-			return status.FromContextError(ctx.Err()).Err()
-		}
-		return nil
-	})
+	heir := newFleet(testFleetConfig("http://127.0.0.1:1", prefix, "r1", 1))
+	t.Cleanup(func() { fleetSeries.Release("r1") })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	v1 := tally{region: "us-east1", ok: 0, got: 1, failure: "refused"}
-	f.mu.Lock()
-	f.want[k.pair] = map[string]tally{k.region: v1}
-	f.dirty[k] = struct{}{}
-	f.mu.Unlock()
-	drop.Store(true)
+	f.handOver(k.pair, heir)
+	heir.handOver(k.pair, f) // a reload, then another back
 	if err := f.write(ctx, lease); err != nil {
 		t.Fatal(err)
 	}
-	// A reload to endpoints nobody answers: the result goes to the new membership, which never
-	// joins; the reload fails and this one takes its keys back.
-	heir := newFleet(testFleetConfig("http://127.0.0.1:1", prefix, "r1", 1))
-	t.Cleanup(func() { fleetSeries.Release("r1") })
-	f.handOver(k.pair, heir)
+	f.forget(k.pair) // the target removed
 	if _, err := f.reclaim(ctx, lease); err != nil {
 		t.Fatal(err)
 	}
-	ownKeyIs(t, cli, prefix, k, lease, encodeResult(v1))
+	ownKeyIs(t, cli, prefix, k, lease, "")
+	f.mu.RLock()
+	_, wanted := f.want[k.pair]
+	f.mu.RUnlock()
+	if wanted {
+		t.Fatal("the removed target's result is wanted again after reclaim")
+	}
+}
+
+// F-3, F-4: a watch that is behind gets its events in batches (at most 1000 revisions each),
+// each stamped with etcd's current revision: the session counts as delivered only what the
+// batch holds, so an old event of its own key in a later batch is still known as old. (From a
+// review: the first batch's header made the session think it had seen past its last write of the
+// key, and the late delete in the next batch made it forget that write.)
+func TestFleetWatchBehindF3F4(t *testing.T) {
+	leakCheck(t)
+	etcd := etcdtest.New(t)
+	cli := etcd.Client(t)
+	const prefix = "/test/behind"
+	f, lease, keys := ownKeysFleet(t, etcd, prefix, 1)
+	k := keys[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := cli.Get(ctx, "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := r.Header.GetRevision()
+	for i := range 1200 { // another replica's results, changing
+		if _, err := cli.Put(ctx, prefix+resultsDir+"web/10.0.9.1:80/us-east1/other", fmt.Sprintf(`{"nonce":"o","healthy":%d,"decided":10}`, i%10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write := func(want *tally) {
+		t.Helper()
+		f.mu.Lock()
+		if want == nil {
+			delete(f.want, k.pair)
+		} else {
+			f.want[k.pair] = map[string]tally{k.region: *want}
+		}
+		f.dirty[k] = struct{}{}
+		f.mu.Unlock()
+		if err := f.write(ctx, lease); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(nil)                                                           // withdrawn: deleted at R0
+	write(&tally{region: "us-east1", ok: 0, got: 1, failure: "refused"}) // chosen again: put at R1
+	// The watch, from before all that, delivers it now, as the session's reader does.
+	wch := cli.Watch(ctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithRev(from+1))
+	for sawDelete := false; !sawDelete; {
+		wr := <-wch
+		if err := wr.Err(); err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range wr.Events {
+			sawDelete = sawDelete || (ev.Type == clientv3.EventTypeDelete && string(ev.Kv.GetKey()) == k.key(prefix, "r1")) //nolint:protogetter // Event is clientv3's own type
+		}
+		f.delivered(wr)
+	}
+	write(nil) // withdrawn again
+	ownKeyIs(t, cli, prefix, k, lease, "")
 }
 
 // F-1: a reload that moves the fleet to endpoints the new membership cannot reach, and then fails.

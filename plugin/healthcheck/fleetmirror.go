@@ -205,6 +205,17 @@ func (m *mirror) deleteResult(k resultKey, member string) {
 	m.results[k.pair] = ss
 }
 
+// held returns what member's key k holds, as the mirror last saw it, when the process of nonce
+// wrote it: false when it holds nothing readable, or another process's result.
+func (m *mirror) held(k resultKey, member, nonce string) (tally, bool) {
+	ss := m.results[k.pair]
+	i, found := slices.BinarySearchFunc(ss, slot{member: member, tally: tally{region: k.region}}, cmpSlot)
+	if !found || ss[i].nonce != nonce {
+		return tally{}, false
+	}
+	return ss[i].tally, true
+}
+
 func cmpSlot(a, b slot) int {
 	if c := strings.Compare(a.tally.region, b.tally.region); c != 0 {
 		return c

@@ -524,17 +524,25 @@ func (f *fleet) reclaim(ctx context.Context, lease clientv3.LeaseID) (bool, erro
 	f.mu.Lock()
 	for k, v := range f.published {
 		if _, want := f.want[k.pair][k.region]; !want {
-			if h, ok := f.handed[k]; ok {
-				v = h
-			} else if _, withdrawn := f.dirty[k]; withdrawn || v == unknownValue {
-				// Forgotten, or overwritten (lostResult) so that what it held is not known: the
-				// write deletes it.
+			if _, handed := f.handed[k.pair]; !handed {
+				// Withdrawn or forgotten: the write deletes it.
 				f.dirty[k] = struct{}{}
 				continue
 			}
-			// Handed over (handOver) to the membership that leaves now, which lost it before it
-			// wrote it (its session never joined, or ended): this one publishes it again, with
-			// the value it handed over, until its next round of the target.
+			if v == unknownValue {
+				// Overwritten (the membership that leaves now wrote it after the hand-over) or
+				// written without a reply: what etcd holds, as the watch showed it, or nothing
+				// (the write deletes it) when it holds nothing this process wrote.
+				held, ok := f.mirror.held(k, f.cfg.Replica, processNonce)
+				if !ok {
+					f.dirty[k] = struct{}{}
+					continue
+				}
+				v = held
+			}
+			// Handed over (handOver) to the membership that leaves now without having taken it
+			// over (its session never joined, or ended): this one publishes it again, with the
+			// value it last held, until its next round of the target.
 			if f.want[k.pair] == nil {
 				f.want[k.pair] = make(map[string]tally)
 			}
@@ -548,7 +556,7 @@ func (f *fleet) reclaim(ctx context.Context, lease clientv3.LeaseID) (bool, erro
 			f.dirty[resultKey{pair: pair, region: region}] = struct{}{}
 		}
 	}
-	clear(f.handed)
+	clear(f.handed) // taken back
 	f.mu.Unlock()
 	if err := f.write(ctx, lease); err != nil {
 		return false, err
@@ -581,11 +589,22 @@ func (f *fleet) watch(ctx context.Context, rev int64, n int) *fleetWatch {
 				f.noteErr(err)
 				return
 			}
-			f.apply(wr.Events)
-			f.reached(wr.Header.GetRevision())
+			f.delivered(wr)
 		}
 	}()
 	return w
+}
+
+// delivered applies one response of the watch. The watch has delivered everything up to the
+// revision of its last event, not up to the response's header: a watch that is behind gets its
+// events in batches, each stamped with etcd's current revision.
+func (f *fleet) delivered(wr clientv3.WatchResponse) {
+	f.apply(wr.Events)
+	rev := wr.Header.GetRevision()
+	if n := len(wr.Events); n > 0 {
+		rev = wr.Events[n-1].Kv.GetModRevision() //nolint:protogetter // Event is clientv3's own type
+	}
+	f.reached(rev)
 }
 
 // mark records that etcd returned revision rev to a linearizable read asked at asked: once the
