@@ -115,17 +115,18 @@ type fleet struct {
 	dirty     map[resultKey]struct{}
 	// The watch and the writes of this replica's own results race: an event may come before the
 	// reply of a write made before it, or after the reply of a write made after it.
-	// inflight are the keys of the Txn waiting for its reply; lostAt, for those, the revision at
+	// inflight are the keys of the Txn waiting for its reply, with the revision of the latest
+	// event of each the watch delivered meanwhile (0: none); lostAt, for those, the revision at
 	// which the watch showed the key deleted or overwritten meanwhile (a write applied before it
 	// did not stick); wroteAt, the revision of this session's last write of a key, until the watch
-	// has gone past it (an event at or before it is old news).
-	inflight map[resultKey]struct{}
+	// delivers that write's own event (an event before it is old news; events come in order).
+	inflight map[resultKey]int64
 	lostAt   map[resultKey]int64
 	wroteAt  map[resultKey]int64
-	// handed are the pairs handOver passed to another membership of this process and that this
-	// one has not published or withdrawn since: what reclaim publishes again when that
-	// membership leaves without having taken them over.
-	handed map[pairKey]struct{}
+	// handed are the regions of each pair that handOver passed to another membership of this
+	// process, when this one has not published or withdrawn the pair since: what reclaim
+	// publishes again when that membership leaves without having taken them over.
+	handed map[pairKey]map[string]struct{}
 }
 
 // revMark is a revision etcd returned to a linearizable read, and when the read was asked.
@@ -255,8 +256,8 @@ func newFleet(cfg *fleetConfig) *fleet {
 		published:  make(map[resultKey]tally),
 		dirty:      make(map[resultKey]struct{}),
 		lostAt:     make(map[resultKey]int64),
-		handed:     make(map[pairKey]struct{}),
-		inflight:   make(map[resultKey]struct{}),
+		handed:     make(map[pairKey]map[string]struct{}),
+		inflight:   make(map[resultKey]int64),
 		wroteAt:    make(map[resultKey]int64),
 	}
 	f.setFallback(true)
@@ -333,7 +334,11 @@ func (f *fleet) handOver(pair pairKey, g *fleet) {
 		delete(f.dirty, resultKey{pair: pair, region: region})
 	}
 	if len(w) > 0 {
-		f.handed[pair] = struct{}{}
+		regions := make(map[string]struct{}, len(w))
+		for region := range w {
+			regions[region] = struct{}{}
+		}
+		f.handed[pair] = regions
 	}
 	f.mu.Unlock()
 	if len(w) == 0 {

@@ -347,6 +347,9 @@ func (f *fleet) list(ctx context.Context) (int64, error) {
 	rev := resp.Header.GetRevision()
 	f.mu.Lock()
 	f.ownKeysListed(own, memberLease)
+	// The watch starts after the list's revision, which is after every write of this session
+	// (they run on this goroutine): no event older than one of them can come any more.
+	clear(f.wroteAt)
 	changed := !sameMembers(f.mirror.members, m.members)
 	f.mirror = m
 	if changed {
@@ -524,7 +527,7 @@ func (f *fleet) reclaim(ctx context.Context, lease clientv3.LeaseID) (bool, erro
 	f.mu.Lock()
 	for k, v := range f.published {
 		if _, want := f.want[k.pair][k.region]; !want {
-			if _, handed := f.handed[k.pair]; !handed {
+			if _, handed := f.handed[k.pair][k.region]; !handed {
 				// Withdrawn or forgotten: the write deletes it.
 				f.dirty[k] = struct{}{}
 				continue
@@ -651,11 +654,6 @@ func (f *fleet) settle() {
 		n++
 	}
 	f.marks = f.marks[:n]
-	for k, rev := range f.wroteAt {
-		if rev <= f.seen {
-			delete(f.wroteAt, k)
-		}
-	}
 	if !asked.IsZero() {
 		f.current(asked)
 	}
@@ -783,6 +781,16 @@ func (f *fleet) apply(evs []*clientv3.Event) {
 		members = members || c.members
 		if c.replica == f.cfg.Replica {
 			f.ownKey(ev, c)
+			if k := (resultKey{pair: c.pair, region: c.region}); c.result {
+				rev := ev.Kv.GetModRevision() //nolint:protogetter // Event is clientv3's own type
+				if rev >= f.wroteAt[k] {
+					// The last write's own event, or a later one: no older event of k can follow.
+					delete(f.wroteAt, k)
+				}
+				if at, ok := f.inflight[k]; ok {
+					f.inflight[k] = max(at, rev)
+				}
+			}
 		}
 		if c.member {
 			continue
@@ -950,7 +958,7 @@ func (f *fleet) write(ctx context.Context, lease clientv3.LeaseID) error {
 			}
 			keys = append(keys, k)
 			vals = append(vals, v)
-			f.inflight[k] = struct{}{}
+			f.inflight[k] = 0
 		}
 		f.mu.Unlock()
 		if len(ops) == 0 {
@@ -961,11 +969,9 @@ func (f *fleet) write(ctx context.Context, lease clientv3.LeaseID) error {
 		resp, err := f.cli.Txn(c).Then(ops...).Commit()
 		cancel()
 		f.mu.Lock()
-		for _, k := range keys {
-			delete(f.inflight, k)
-		}
 		if err != nil {
 			for _, k := range keys {
+				delete(f.inflight, k)
 				delete(f.lostAt, k)
 				f.dirty[k] = struct{}{}
 				// etcd may have applied it and only the reply been lost: what the key holds is
@@ -976,6 +982,8 @@ func (f *fleet) write(ctx context.Context, lease clientv3.LeaseID) error {
 			return f.writeFailed(err)
 		}
 		for i, k := range keys {
+			event := f.inflight[k]
+			delete(f.inflight, k)
 			lost, ok := f.lostAt[k]
 			delete(f.lostAt, k)
 			if ok && lost > resp.Header.GetRevision() {
@@ -986,7 +994,9 @@ func (f *fleet) write(ctx context.Context, lease clientv3.LeaseID) error {
 				f.poke()
 				continue
 			}
-			f.wroteAt[k] = resp.Header.GetRevision()
+			if event < resp.Header.GetRevision() {
+				f.wroteAt[k] = resp.Header.GetRevision() // until the watch delivers this write's event
+			}
 			if ops[i].IsDelete() {
 				delete(f.published, k)
 			} else {
