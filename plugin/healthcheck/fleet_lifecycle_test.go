@@ -1204,20 +1204,7 @@ func TestFleetStaleEventAfterWriteF3(t *testing.T) {
 		t.Fatal(err)
 	}
 	wch := cli.Watch(ctx, k.key(prefix, "r1"), clientv3.WithRev(r.Header.GetRevision()+1))
-	write := func(want *tally) {
-		t.Helper()
-		f.mu.Lock()
-		if want == nil {
-			delete(f.want, k.pair)
-		} else {
-			f.want[k.pair] = map[string]tally{k.region: *want}
-		}
-		f.dirty[k] = struct{}{}
-		f.mu.Unlock()
-		if err := f.write(ctx, lease); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(want *tally) { t.Helper(); writeWant(ctx, t, f, lease, k, want) }
 	write(nil)                                                           // withdrawn: deleted at R0
 	write(&tally{region: "us-east1", ok: 0, got: 1, failure: "refused"}) // chosen again: put at R1
 	wr := <-wch
@@ -1350,20 +1337,7 @@ func TestFleetWatchBehindF3F4(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write := func(want *tally) {
-		t.Helper()
-		f.mu.Lock()
-		if want == nil {
-			delete(f.want, k.pair)
-		} else {
-			f.want[k.pair] = map[string]tally{k.region: *want}
-		}
-		f.dirty[k] = struct{}{}
-		f.mu.Unlock()
-		if err := f.write(ctx, lease); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(want *tally) { t.Helper(); writeWant(ctx, t, f, lease, k, want) }
 	write(nil)                                                           // withdrawn: deleted at R0
 	write(&tally{region: "us-east1", ok: 0, got: 1, failure: "refused"}) // chosen again: put at R1
 	// The watch, from before all that, delivers it now, as the session's reader does.

@@ -81,20 +81,7 @@ func TestFleetProgressWhileBehindF3(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write := func(want *tally) {
-		t.Helper()
-		f.mu.Lock()
-		if want == nil {
-			delete(f.want, k.pair)
-		} else {
-			f.want[k.pair] = map[string]tally{k.region: *want}
-		}
-		f.dirty[k] = struct{}{}
-		f.mu.Unlock()
-		if err := f.write(ctx, lease); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(want *tally) { t.Helper(); writeWant(ctx, t, f, lease, k, want) }
 	write(nil)
 	write(&tally{region: "us-east1", ok: 0, got: 1, failure: "refused"})
 	wctx, wcancel := context.WithCancel(ctx)
@@ -124,4 +111,20 @@ func TestFleetProgressWhileBehindF3(t *testing.T) {
 	t.Logf("%d progress notification(s) before the late delete", progress)
 	write(nil)
 	ownKeyIs(t, cli, prefix, k, lease, "")
+}
+
+// writeWant has f want v published for k (nil: withdrawn) and writes it at once.
+func writeWant(ctx context.Context, t *testing.T, f *fleet, lease clientv3.LeaseID, k resultKey, v *tally) {
+	t.Helper()
+	f.mu.Lock()
+	if v == nil {
+		delete(f.want, k.pair)
+	} else {
+		f.want[k.pair] = map[string]tally{k.region: *v}
+	}
+	f.dirty[k] = struct{}{}
+	f.mu.Unlock()
+	if err := f.write(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
 }
