@@ -11,7 +11,8 @@ import (
 
 // BenchmarkSend: one answer's send on loopback as miekg/dns's Write makes it (WriteToSessionUDP:
 // the reply's control message parsed and made for the answer) and as Direct makes it (the same
-// sendmsg with the control message Reply remembers).
+// sendmsg with the control message Reply remembers), and as Direct makes it on a listener bound
+// to one address (no control message: ReplyOn).
 //
 //	go test -run '^$' -bench BenchmarkSend -benchmem ./plugin/pkg/udpanswer/
 func BenchmarkSend(b *testing.B) {
@@ -60,6 +61,20 @@ func BenchmarkSend(b *testing.B) {
 	b.Run("direct", func(b *testing.B) {
 		b.ReportAllocs()
 		d := Direct{conn: srv, addr: addr, oob: Reply(oob)}
+		for b.Loop() {
+			if _, err := d.Write(answer); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	bound, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 2)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer bound.Close()
+	b.Run("direct-bound", func(b *testing.B) {
+		b.ReportAllocs()
+		d := Direct{conn: bound, addr: addr, oob: ReplyOn(bound, oob)}
 		for b.Loop() {
 			if _, err := d.Write(answer); err != nil {
 				b.Fatal(err)

@@ -9,7 +9,8 @@ import (
 // Direct is miekg/dns's writer of one UDP query with a Write of its own: it sends the bytes
 // with the same system call, to the same client, from the same local address as miekg/dns's
 // Write, but with the reply's control message remembered (Reply) instead of parsed and made
-// for every answer. Everything else (WriteMsg, addresses, Close, TSIG) is miekg/dns's writer's.
+// for every answer, and none from a listener bound to one address (ReplyOn). Everything else
+// (WriteMsg, addresses, Close, TSIG) is miekg/dns's writer's.
 // A handler puts it beneath the wrappers of the plugins before it, where miekg/dns's writer
 // was, for the time of one Write, so they see the write as before.
 type Direct struct {
@@ -32,7 +33,7 @@ func (d *Direct) Reset(w dns.ResponseWriter) bool {
 	if decorated, _ := IsDecorated(w); conn == nil || addr == nil || decorated {
 		return false
 	}
-	d.ResponseWriter, d.conn, d.addr, d.oob = w, conn, addr, Reply(l.OOB(w))
+	d.ResponseWriter, d.conn, d.addr, d.oob = w, conn, addr, ReplyOn(conn, l.OOB(w))
 	return true
 }
 

@@ -134,3 +134,42 @@ func TestDirectNotForDecoratedOrTCP(t *testing.T) {
 		t.Errorf("TCP writer: Reset took it")
 	}
 }
+
+// TestDirectBoundListenerNoControlMessage: issue 17 (R-ZONE-1: answers as CoreDNS sends them):
+// on a listener bound to one address (CoreDNS's `bind`), Direct sends without a control message
+// (ReplyOn: nil) and the answer still leaves from that address, as miekg/dns's Write sends it;
+// on a listener bound to every address ReplyOn is Reply, the query's destination as the source.
+func TestDirectBoundListenerNoControlMessage(t *testing.T) {
+	for _, a := range []string{"127.0.0.2", "::1"} {
+		pc, err := net.ListenPacket("udp", net.JoinHostPort(a, "0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ReplyOn(pc.(*net.UDPConn), pktinfo4(net.IPv4(127, 0, 0, 2), 1)); got != nil {
+			t.Errorf("bound to %s: ReplyOn gave a control message %x", a, got)
+		}
+		took := make(chan bool, 4)
+		serve(t, pc, nil, nil, took)
+		to := netip.MustParseAddrPort(pc.LocalAddr().String())
+		from := "127.0.0.1"
+		if to.Addr().Is6() {
+			from = "::1"
+		}
+		m, got := ask(t, from, to, 7)
+		if got != to || m.Id != 7 || len(m.Answer) != 1 {
+			t.Errorf("asked %s: answered from %s: %v", to, got, m)
+		}
+		if !<-took {
+			t.Errorf("asked %s: Reset refused miekg/dns's UDP writer", to)
+		}
+	}
+	wild, err := net.ListenPacket("udp", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wild.Close()
+	oob := pktinfo4(net.IPv4(127, 0, 0, 2), 1)
+	if got, want := ReplyOn(wild.(*net.UDPConn), oob), Reply(oob); got == nil || string(got) != string(want) {
+		t.Errorf("bound to every address: ReplyOn %x, Reply %x", got, want)
+	}
+}

@@ -70,3 +70,14 @@ func Reply(oob []byte) []byte {
 	replies.Unlock()
 	return r
 }
+
+// ReplyOn returns the control message of an answer sent on conn to a query received with oob:
+// none when conn is bound to one address, whose answers leave from that address whatever the
+// message says (the kernel takes a bound socket's address as the source), saving the kernel its
+// parse on every send; Reply(oob) on a listener bound to every address (0.0.0.0, ::).
+func ReplyOn(conn *net.UDPConn, oob []byte) []byte {
+	if a, ok := conn.LocalAddr().(*net.UDPAddr); ok && !a.IP.IsUnspecified() {
+		return nil
+	}
+	return Reply(oob)
+}
