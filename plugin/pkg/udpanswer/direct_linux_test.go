@@ -136,17 +136,16 @@ func TestDirectNotForDecoratedOrTCP(t *testing.T) {
 }
 
 // TestDirectBoundListenerNoControlMessage: issue 17 (R-ZONE-1: answers as CoreDNS sends them):
-// on a listener bound to one address (CoreDNS's `bind`), Direct sends without a control message
-// (ReplyOn: nil) and the answer still leaves from that address, as miekg/dns's Write sends it;
-// on a listener bound to every address ReplyOn is Reply, the query's destination as the source.
+// on a listener bound to one address (CoreDNS's `bind`), an answer to a query sent to that
+// address goes without a control message (ReplyOn: nil) and still leaves from that address, as
+// miekg/dns's Write sends it. A query the kernel handed the listener for another address (an
+// sk_lookup program, TPROXY) keeps the control message that makes that address the source, and
+// on a listener bound to every address ReplyOn is Reply.
 func TestDirectBoundListenerNoControlMessage(t *testing.T) {
 	for _, a := range []string{"127.0.0.2", "::1"} {
 		pc, err := net.ListenPacket("udp", net.JoinHostPort(a, "0"))
 		if err != nil {
 			t.Fatal(err)
-		}
-		if got := ReplyOn(pc.(*net.UDPConn), pktinfo4(net.IPv4(127, 0, 0, 2), 1)); got != nil {
-			t.Errorf("bound to %s: ReplyOn gave a control message %x", a, got)
 		}
 		took := make(chan bool, 4)
 		serve(t, pc, nil, nil, took)
@@ -163,13 +162,30 @@ func TestDirectBoundListenerNoControlMessage(t *testing.T) {
 			t.Errorf("asked %s: Reset refused miekg/dns's UDP writer", to)
 		}
 	}
-	wild, err := net.ListenPacket("udp", ":0")
+	bound, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bound.Close()
+	wild, err := net.ListenUDP("udp", &net.UDPAddr{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer wild.Close()
-	oob := pktinfo4(net.IPv4(127, 0, 0, 2), 1)
-	if got, want := ReplyOn(wild.(*net.UDPConn), oob), Reply(oob); got == nil || string(got) != string(want) {
-		t.Errorf("bound to every address: ReplyOn %x, Reply %x", got, want)
+	asked, other := pktinfo4(net.IPv4(127, 0, 0, 2), 1), pktinfo4(net.IPv4(127, 0, 0, 3), 1)
+	for _, c := range []struct {
+		name string
+		conn *net.UDPConn
+		oob  []byte
+		want []byte
+	}{
+		{"bound, asked its address", bound, asked, nil},
+		{"bound, handed a query for another address", bound, other, Reply(other)},
+		{"every address", wild, asked, Reply(asked)},
+		{"bound, no control message received", bound, nil, nil},
+	} {
+		if got := ReplyOn(c.conn, c.oob); string(got) != string(c.want) || (got == nil) != (c.want == nil) {
+			t.Errorf("%s: ReplyOn %x, want %x", c.name, got, c.want)
+		}
 	}
 }
