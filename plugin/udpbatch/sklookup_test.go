@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"testing"
 	"unsafe"
 
@@ -41,6 +42,10 @@ func ins(code, dst, src uint8, off int16, imm int32) insn { return insn{code, ds
 func steerUDPPort(t *testing.T, sock *net.UDPConn, port int) {
 	t.Helper()
 	le := binary.LittleEndian
+	// The kernel reads what the attributes point to; pinned, so nothing moves it between the
+	// pointer's conversion to a number and the call.
+	var pin runtime.Pinner
+	defer pin.Unpin()
 	m := make([]byte, 128)
 	le.PutUint32(m[0:], 15) // map_type BPF_MAP_TYPE_SOCKMAP
 	le.PutUint32(m[4:], 4)  // key_size
@@ -53,11 +58,14 @@ func steerUDPPort(t *testing.T, sock *net.UDPConn, port int) {
 	}
 	var sfd uintptr
 	rc.Control(func(fd uintptr) { sfd = fd })
-	key, val := uint32(0), uint64(sfd)
+	key, val := new(uint32), new(uint64)
+	*val = uint64(sfd)
+	pin.Pin(key)
+	pin.Pin(val)
 	u := make([]byte, 128)
 	le.PutUint32(u[0:], uint32(mapfd))
-	le.PutUint64(u[8:], uint64(uintptr(unsafe.Pointer(&key))))
-	le.PutUint64(u[16:], uint64(uintptr(unsafe.Pointer(&val))))
+	le.PutUint64(u[8:], uint64(uintptr(unsafe.Pointer(key))))
+	le.PutUint64(u[16:], uint64(uintptr(unsafe.Pointer(val))))
 	if _, _, errno := unix.Syscall(unix.SYS_BPF, 2, uintptr(unsafe.Pointer(&u[0])), uintptr(len(u))); errno != 0 { // BPF_MAP_UPDATE_ELEM
 		t.Fatalf("bpf map update: %v", errno)
 	}
@@ -86,6 +94,9 @@ func steerUDPPort(t *testing.T, sock *net.UDPConn, port int) {
 	}
 	license := []byte("GPL\x00")
 	verifier := make([]byte, 65536)
+	pin.Pin(&prog[0])
+	pin.Pin(&license[0])
+	pin.Pin(&verifier[0])
 	p := make([]byte, 128)
 	le.PutUint32(p[0:], 30) // prog_type BPF_PROG_TYPE_SK_LOOKUP
 	le.PutUint32(p[4:], uint32(len(prog)))
@@ -115,24 +126,28 @@ func steerUDPPort(t *testing.T, sock *net.UDPConn, port int) {
 
 // TestSourceAddressBoundListenerSteered: an answer leaves from the address the client asked, as
 // miekg/dns sends it, also on a listener bound to one address that the kernel hands queries sent
-// to another (an sk_lookup program here; TPROXY likewise): udpanswer.ReplyOn leaves the control
-// message out only for a query sent to the bound address itself. Without that, the answer to
-// 192.0.2.53 left from 127.0.0.1 (and an IPv6 one was lost).
+// to another (an sk_lookup program here; TPROXY likewise), IPv4 and IPv6: udpanswer.ReplyOn leaves
+// the control message out only for a query sent to the bound address itself. Without that, the
+// answer to 192.0.2.53 left from 127.0.0.1, and the one to 2001:db8::53 from ::1.
 func TestSourceAddressBoundListenerSteered(t *testing.T) {
-	inNetns(t, []string{"ip", "addr", "add", "192.0.2.53/32", "dev", "lo"})
+	inNetns(t, []string{"ip", "addr", "add", "192.0.2.53/32", "dev", "lo"},
+		[]string{"ip", "-6", "addr", "add", "2001:db8::53/128", "dev", "lo", "nodad"})
 	reachable(t, "127.0.0.1", "192.0.2.53")
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := pc.LocalAddr().(*net.UDPAddr).Port
-	steerUDPPort(t, pc.(*net.UDPConn), port)
-	miekgServer(t, pc, "steered", 64, answerA)
-	c := newClient(t, "127.0.0.1")
-	for i, a := range []string{"192.0.2.53", "127.0.0.1", "192.0.2.53"} {
-		asked := netip.AddrPortFrom(netip.MustParseAddr(a), uint16(port))
-		if _, from := c.exchange(asked, query(t, uint16(i), "a.example.", dns.TypeA, false)); from != asked {
-			t.Errorf("asked %s: answered from %s", asked, from)
+	reachable(t, "::1", "2001:db8::53")
+	for _, c := range []struct{ bound, other string }{{"127.0.0.1", "192.0.2.53"}, {"::1", "2001:db8::53"}} {
+		pc, err := net.ListenPacket("udp", net.JoinHostPort(c.bound, "0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := pc.LocalAddr().(*net.UDPAddr).Port
+		steerUDPPort(t, pc.(*net.UDPConn), port)
+		miekgServer(t, pc, "steered "+c.bound, 64, answerA)
+		client := newClient(t, c.bound)
+		for i, a := range []string{c.other, c.bound, c.other} {
+			asked := netip.AddrPortFrom(netip.MustParseAddr(a), uint16(port))
+			if _, from := client.exchange(asked, query(t, uint16(i), "a.example.", dns.TypeA, false)); from != asked {
+				t.Errorf("asked %s: answered from %s", asked, from)
+			}
 		}
 	}
 }

@@ -13,8 +13,10 @@ import (
 // destination address as the answer's source, so a client that asked one address of a wildcard
 // listener hears from that address. It is miekg/dns's correctSource, the same bytes, made anew
 // (about 0.5 µs and seven allocations): Reply remembers them.
-func ReplyOOB(oob []byte) []byte {
-	dst := queryDst(oob)
+func ReplyOOB(oob []byte) []byte { return replyFrom(queryDst(oob)) }
+
+// replyFrom is the control message that makes dst an answer's source: none when dst is nil.
+func replyFrom(dst net.IP) []byte {
 	if dst == nil {
 		return nil
 	}
@@ -72,8 +74,9 @@ func remembered(oob []byte) answerOOB {
 	if ok {
 		return a
 	}
-	a.reply = ReplyOOB(oob)
-	if d, ok := netip.AddrFromSlice(queryDst(oob)); ok {
+	dst := queryDst(oob)
+	a.reply = replyFrom(dst)
+	if d, ok := netip.AddrFromSlice(dst); ok {
 		a.dst = d.Unmap()
 	}
 	replies.Lock()
@@ -93,9 +96,9 @@ func Reply(oob []byte) []byte { return remembered(oob).reply }
 // kernel then takes as the source anyway (it spares the kernel the message's parse on every
 // send); otherwise Reply(oob): on a listener bound to every address (0.0.0.0, ::), and on a bound
 // one that the kernel handed a query for another address (an sk_lookup program, TPROXY), the
-// answer leaves from the address asked. (A listener bound to a broadcast address, whose source
-// the kernel then takes from the route, answers; miekg/dns's sendmsg with that address as the
-// source fails.)
+// answer leaves from the address asked. (A listener bound to a broadcast address, which has no
+// source address of its own, answers from the address the route gives; miekg/dns's sendmsg with
+// the broadcast address as the source fails.)
 func ReplyOn(conn *net.UDPConn, oob []byte) []byte {
 	a := remembered(oob)
 	if l, ok := conn.LocalAddr().(*net.UDPAddr); ok && a.dst.IsValid() && !l.IP.IsUnspecified() {

@@ -12,24 +12,70 @@ import (
 )
 
 // FuzzReplyOOB: ReplyOOB takes whatever control message a query came with: it never panics, what it
-// returns parses as a control message, and Reply (remembered) returns the same.
+// returns parses as a control message whose source is the query's destination (queryDst), and
+// Reply (remembered) returns the same. ReplyOn, on listeners bound to one address and to every
+// address, IPv4 and IPv6, returns Reply's message or none, and none only on a listener bound to
+// the query's destination itself.
 func FuzzReplyOOB(f *testing.F) {
 	f.Add([]byte{})
 	f.Add((&ipv4.ControlMessage{Dst: net.IPv4(127, 0, 0, 2), IfIndex: 1}).Marshal())
 	f.Add(pktinfo4(net.IPv4(127, 0, 0, 2), 1))
 	f.Add((&ipv6.ControlMessage{Dst: net.IPv6loopback, IfIndex: 1}).Marshal())
+	addrs := []string{"127.0.0.2:0", "[::1]:0", "0.0.0.0:0", "[::]:0"}
+	conns := make([]*net.UDPConn, 0, len(addrs))
+	for _, a := range addrs {
+		c, err := net.ListenPacket("udp", a)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Cleanup(func() { c.Close() })
+		conns = append(conns, c.(*net.UDPConn))
+	}
 	f.Fuzz(func(t *testing.T, oob []byte) {
 		r := ReplyOOB(oob)
 		if c := Reply(oob); string(c) != string(r) {
 			t.Fatalf("Reply %x, ReplyOOB %x", c, r)
 		}
+		dst := queryDst(oob)
+		for _, c := range conns {
+			l := c.LocalAddr().(*net.UDPAddr)
+			got := ReplyOn(c, oob)
+			bound := !l.IP.IsUnspecified() && dst != nil && l.IP.Equal(dst)
+			if bound && got != nil || !bound && string(got) != string(r) {
+				t.Fatalf("listener %s, query to %s: ReplyOn %x, Reply %x", l, dst, got, r)
+			}
+		}
 		if r == nil {
+			if dst != nil {
+				t.Fatalf("query to %s: no reply control message", dst)
+			}
 			return
 		}
-		if (&ipv4.ControlMessage{}).Parse(r) != nil && (&ipv6.ControlMessage{}).Parse(r) != nil {
-			t.Fatalf("reply control message %x does not parse", r)
+		if src := replySource(t, r); src == nil || !src.Equal(dst) {
+			t.Fatalf("reply control message %x: source %s, the query's destination %s", r, src, dst)
 		}
 	})
+}
+
+// replySource is the source address an answer's control message r asks the kernel for: the
+// ipi_spec_dst of its IP_PKTINFO or the ipi6_addr of its IPV6_PKTINFO (ip(7), ipv6(7)).
+func replySource(t *testing.T, r []byte) net.IP {
+	t.Helper()
+	msgs, err := unix.ParseSocketControlMessage(r)
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("reply control message %x: %d messages, %v", r, len(msgs), err)
+	}
+	m := msgs[0]
+	switch {
+	case m.Header.Level == unix.IPPROTO_IP && m.Header.Type == unix.IP_PKTINFO && len(m.Data) >= unix.SizeofInet4Pktinfo:
+		pi := (*unix.Inet4Pktinfo)(unsafe.Pointer(&m.Data[0]))
+		return net.IP(pi.Spec_dst[:])
+	case m.Header.Level == unix.IPPROTO_IPV6 && m.Header.Type == unix.IPV6_PKTINFO && len(m.Data) >= unix.SizeofInet6Pktinfo:
+		pi := (*unix.Inet6Pktinfo)(unsafe.Pointer(&m.Data[0]))
+		return net.IP(pi.Addr[:])
+	}
+	t.Fatalf("reply control message %x: neither IP_PKTINFO nor IPV6_PKTINFO", r)
+	return nil
 }
 
 // pktinfo4 is the control message Linux gives with a datagram received on a socket with
