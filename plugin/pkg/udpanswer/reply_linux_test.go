@@ -98,7 +98,7 @@ func pktinfo4(dst net.IP, ifindex int32) []byte {
 func TestReplyRemembered(t *testing.T) {
 	replies.Lock()
 	saved := replies.m
-	replies.m = make(map[string]answerOOB)
+	replies.m = make(map[string]*answerOOB)
 	replies.Unlock()
 	t.Cleanup(func() {
 		replies.Lock()
