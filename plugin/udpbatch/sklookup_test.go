@@ -126,9 +126,9 @@ func steerUDPPort(t *testing.T, sock *net.UDPConn, port int) {
 
 // TestSourceAddressBoundListenerSteered: an answer leaves from the address the client asked, as
 // miekg/dns sends it, also on a listener bound to one address that the kernel hands queries sent
-// to another (an sk_lookup program here; TPROXY likewise), IPv4 and IPv6: udpanswer.ReplyOn leaves
-// the control message out only for a query sent to the bound address itself. Without that, the
-// answer to 192.0.2.53 left from 127.0.0.1, and the one to 2001:db8::53 from ::1.
+// to another (an sk_lookup program here; TPROXY likewise), IPv4 and IPv6: every batched answer
+// carries the control message (udpanswer.Reply). With it left out on a bound listener (d4a93d5),
+// the answer to 192.0.2.53 left from 127.0.0.1, and the one to 2001:db8::53 from ::1.
 func TestSourceAddressBoundListenerSteered(t *testing.T) {
 	inNetns(t, []string{"ip", "addr", "add", "192.0.2.53/32", "dev", "lo"},
 		[]string{"ip", "-6", "addr", "add", "2001:db8::53/128", "dev", "lo", "nodad"})

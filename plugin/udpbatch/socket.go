@@ -144,7 +144,7 @@ func (s *socket) write(w *writer, b []byte) (int, error) {
 	}
 	bt := s.pending
 	i := len(bt.entries)
-	bt.entries = append(bt.entries, entry{buf: b, addr: ua.AddrPort(), oob: udpanswer.ReplyOn(conn, w.l.OOB(w.ResponseWriter)), err: errNotSent})
+	bt.entries = append(bt.entries, entry{buf: b, addr: ua.AddrPort(), oob: udpanswer.Reply(w.l.OOB(w.ResponseWriter)), err: errNotSent})
 	// Counted before it is sent: a client that has its answer sees it counted.
 	s.m.queued.Inc()
 	if !s.busy {
