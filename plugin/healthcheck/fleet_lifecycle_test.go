@@ -824,6 +824,16 @@ func TestFleetOwnResultOverwrittenF3(t *testing.T) {
 
 // ownKeysFleet is a joined fleet of replica r1 under lease, whose results of
 // web/10.0.0.N:80/us-east1 (N = 1..n) are written in etcd and recorded as published and wanted.
+// etcdRev is etcd's current revision.
+func etcdRev(ctx context.Context, t *testing.T, cli *clientv3.Client) int64 {
+	t.Helper()
+	r, err := cli.Get(ctx, "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.Header.GetRevision()
+}
+
 func ownKeysFleet(t *testing.T, etcd *etcdtest.Server, prefix string, n int) (*fleet, clientv3.LeaseID, []resultKey) {
 	t.Helper()
 	cli := etcd.Client(t)
@@ -899,11 +909,8 @@ func TestFleetOwnKeysAfterRelistF1F3(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r, err := cli.Get(ctx, "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cli.Compact(ctx, r.Header.GetRevision()); err != nil {
+	rev := etcdRev(ctx, t, cli)
+	if _, err := cli.Compact(ctx, rev); err != nil {
 		t.Fatal(err)
 	}
 	fctx, stop := context.WithCancel(context.Background())
@@ -1081,14 +1088,11 @@ func TestFleetOverwriteDuringWriteF3(t *testing.T) {
 			})
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			r, err := cli.Get(ctx, "/")
-			if err != nil {
-				t.Fatal(err)
-			}
+			rev := etcdRev(ctx, t, cli)
 			fctx, stop := context.WithCancel(context.Background())
 			defer stop()
 			errc := make(chan error, 1)
-			go func() { errc <- f.follow(fctx, lease, r.Header.GetRevision()) }()
+			go func() { errc <- f.follow(fctx, lease, rev) }()
 			v := tally{region: "us-east1", ok: 0, got: 1, failure: "refused"}
 			arm.Store(true)
 			f.mu.Lock()
@@ -1111,13 +1115,10 @@ func followFrom(t *testing.T, f *fleet, cli *clientv3.Client, lease clientv3.Lea
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	r, err := cli.Get(ctx, "/")
-	if err != nil {
-		t.Fatal(err)
-	}
+	rev := etcdRev(ctx, t, cli)
 	fctx, stop := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
-	go func() { errc <- f.follow(fctx, lease, r.Header.GetRevision()) }()
+	go func() { errc <- f.follow(fctx, lease, rev) }()
 	t.Cleanup(func() { stop(); <-errc })
 }
 
@@ -1126,14 +1127,11 @@ func watchCurrent(t *testing.T, f *fleet, cli *clientv3.Client) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	r, err := cli.Get(ctx, "/")
-	if err != nil {
-		t.Fatal(err)
-	}
+	rev := etcdRev(ctx, t, cli)
 	waitFor30(t, "the watch current", func() bool {
 		f.mu.RLock()
 		defer f.mu.RUnlock()
-		return f.seen >= r.Header.GetRevision()
+		return f.seen >= rev
 	})
 }
 
@@ -1199,11 +1197,8 @@ func TestFleetStaleEventAfterWriteF3(t *testing.T) {
 	k := keys[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	r, err := cli.Get(ctx, "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	wch := cli.Watch(ctx, k.key(prefix, "r1"), clientv3.WithRev(r.Header.GetRevision()+1))
+	rev := etcdRev(ctx, t, cli)
+	wch := cli.Watch(ctx, k.key(prefix, "r1"), clientv3.WithRev(rev+1))
 	write := func(want *tally) { t.Helper(); writeWant(ctx, t, f, lease, k, want) }
 	write(nil)                                                           // withdrawn: deleted at R0
 	write(&tally{region: "us-east1", ok: 0, got: 1, failure: "refused"}) // chosen again: put at R1
@@ -1244,11 +1239,8 @@ func TestFleetReclaimPublishesWhatWasHeldF1(t *testing.T) {
 			})
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			r, err := cli.Get(ctx, "/")
-			if err != nil {
-				t.Fatal(err)
-			}
-			wch := cli.Watch(ctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithRev(r.Header.GetRevision()+1))
+			rev := etcdRev(ctx, t, cli)
+			wch := cli.Watch(ctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 			heir := newFleet(testFleetConfig("http://127.0.0.1:1", prefix, "r1", 1))
 			t.Cleanup(func() { fleetSeries.Release("r1") })
 			v1 := tally{region: "us-east1", ok: 0, got: 1, failure: "refused"}
@@ -1335,11 +1327,7 @@ func TestFleetWatchBehindF3F4(t *testing.T) {
 			k := keys[0]
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			r, err := cli.Get(ctx, "/")
-			if err != nil {
-				t.Fatal(err)
-			}
-			from := r.Header.GetRevision()
+			from := etcdRev(ctx, t, cli)
 			for i := range tc.others {
 				if _, err := cli.Put(ctx, prefix+resultsDir+"web/10.0.9.1:80/us-east1/other", fmt.Sprintf(`{"nonce":"o","healthy":%d,"decided":10}`, i%10)); err != nil {
 					t.Fatal(err)
