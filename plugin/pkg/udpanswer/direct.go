@@ -18,6 +18,7 @@ type Direct struct {
 	conn *net.UDPConn
 	addr *net.UDPAddr
 	oob  []byte
+	send sender // what the send keeps between answers (sender_linux.go)
 }
 
 // Reset makes d the writer of w's answer and reports whether it can be: w is miekg/dns's writer
@@ -37,14 +38,22 @@ func (d *Direct) Reset(w dns.ResponseWriter) bool {
 	return true
 }
 
-// Clear forgets the query's writer, so nothing of it outlives the answer.
-func (d *Direct) Clear() { *d = Direct{} }
+// Clear forgets the query's writer, so nothing of it outlives the answer. (What the send keeps
+// of the listener socket it last sent on stays, for the next answer: see sender.)
+func (d *Direct) Clear() {
+	d.ResponseWriter, d.conn, d.addr, d.oob = nil, nil, nil, nil
+	d.send.clear()
+}
 
-// Write sends b to the client as miekg/dns's Write does (WriteToSessionUDP), with the same call.
-// WriteMsgUDPAddrPort would not allocate the socket address, but its frames are about 250 octets
-// deeper: a goroutine of miekg/dns's server that needs more stack than it has copies its stack
-// (several times the cost of an allocation), and the send is the deepest point of a query.
-func (d *Direct) Write(b []byte) (int, error) {
+// Write sends b to the client as miekg/dns's Write does (WriteToSessionUDP): one sendmsg, to the
+// same address, with the same control message, through the socket's poller (deadlines, a full
+// send buffer), but made here (sender), without the net package's socket address allocated for
+// every answer and its layers of calls.
+func (d *Direct) Write(b []byte) (int, error) { return d.send.write(d, b) }
+
+// writeMsgUDP is Write through the net package, as miekg/dns sends: for what the sender does
+// not make itself.
+func (d *Direct) writeMsgUDP(b []byte) (int, error) {
 	n, _, err := d.conn.WriteMsgUDP(b, d.oob, d.addr)
 	return n, err
 }
