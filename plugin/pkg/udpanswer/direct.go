@@ -1,6 +1,7 @@
 package udpanswer
 
 import (
+	"errors"
 	"net"
 
 	"github.com/miekg/dns"
@@ -49,7 +50,15 @@ func (d *Direct) Clear() {
 // same address, with the same control message, through the socket's poller (deadlines, a full
 // send buffer), but made here (sender), without the net package's socket address allocated for
 // every answer and its layers of calls.
-func (d *Direct) Write(b []byte) (int, error) { return d.send.write(d, b) }
+// A Direct that has no query's writer (cleared) writes nothing and says so.
+func (d *Direct) Write(b []byte) (int, error) {
+	if d.conn == nil {
+		return 0, errNoQuery
+	}
+	return d.send.write(d, b)
+}
+
+var errNoQuery = &net.OpError{Op: "write", Net: "udp", Err: errors.New("udpanswer.Direct: no query to answer (not Reset)")}
 
 // writeMsgUDP is Write through the net package, as miekg/dns sends: for what the sender does
 // not make itself.

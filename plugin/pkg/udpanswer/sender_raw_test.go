@@ -1,3 +1,5 @@
+//go:build linux && !386 && !s390x
+
 package udpanswer
 
 import (
@@ -40,16 +42,21 @@ func received(t *testing.T, c *net.UDPConn, want []byte, from *net.UDPConn) {
 
 // TestSenderAcrossSocketsAndFamilies: issue 12 (R-ZONE-1: answers as CoreDNS sends them): one
 // Direct, reused as routingpolicy's pooled one is, sends on an IPv4 socket, an IPv6 socket bound to
-// ::1, a dual-stack socket to an IPv4 client (v4-mapped) and to an IPv6 one, and the IPv4 socket
-// again: each answer reaches its client, whole, from the socket it was sent on, and nothing of an
+// ::1, a dual-stack socket to an IPv4 client (v4-mapped) and to an IPv6 one, an IPv4-only socket
+// bound to every address ("udp4"), and the first two again: each answer reaches its client, whole, from the socket it was sent on, and nothing of an
 // answer stays pointed at once sent.
 func TestSenderAcrossSocketsAndFamilies(t *testing.T) {
 	v4, v6, dual := listen(t, "127.0.0.1:0"), listen(t, "[::1]:0"), listen(t, "[::]:0")
+	udp4, err := net.ListenUDP("udp4", &net.UDPAddr{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer udp4.Close()
 	c4, c6 := listen(t, "127.0.0.1:0"), listen(t, "[::1]:0")
 	d := new(Direct)
 	for i, c := range []struct {
 		conn, client *net.UDPConn
-	}{{v4, c4}, {v6, c6}, {dual, c4}, {dual, c6}, {v4, c4}, {v6, c6}} {
+	}{{v4, c4}, {v6, c6}, {dual, c4}, {dual, c6}, {udp4, c4}, {v4, c4}, {v6, c6}} {
 		answer := bytes.Repeat([]byte{byte(i + 1)}, 20+i)
 		d.conn, d.addr = c.conn, c.client.LocalAddr().(*net.UDPAddr)
 		if n, err := d.Write(answer); err != nil || n != len(answer) {
@@ -101,6 +108,58 @@ func TestSenderAllocatesNothing(t *testing.T) {
 			t.Errorf("control message %x: %v allocations per send, want 0", oob, n)
 		}
 	}
+	// One pooled Direct answers for several listeners (multisocket, bind with several
+	// addresses, server blocks): switching between them allocates nothing either.
+	other := listen(t, "127.0.0.1:0")
+	d.oob = nil
+	d.conn = other
+	d.Write(answer)
+	if n := testing.AllocsPerRun(100, func() {
+		d.conn = srv
+		d.Write(answer)
+		d.conn = other
+		d.Write(answer)
+	}); n != 0 {
+		t.Errorf("alternating sockets: %v allocations per two sends, want 0", n)
+	}
+}
+
+// TestSenderSourceFromControlMessage: R-ZONE-1 (answers as CoreDNS sends them): on a listener
+// bound to every address, the control message Reply makes sets the answer's source: 127.0.0.2,
+// though the kernel would pick 127.0.0.1 for a client on 127.0.0.1.
+func TestSenderSourceFromControlMessage(t *testing.T) {
+	srv, client := listen(t, "[::]:0"), listen(t, "127.0.0.1:0")
+	d := Direct{conn: srv, addr: client.LocalAddr().(*net.UDPAddr), oob: Reply(pktinfo4(net.IPv4(127, 0, 0, 2), 1))}
+	if _, err := d.Write([]byte("from .2")); err != nil {
+		t.Fatal(err)
+	}
+	client.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 64)
+	n, src, err := client.ReadFromUDPAddrPort(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(buf[:n]) != "from .2" || src.Addr().Unmap() != netip.MustParseAddr("127.0.0.2") {
+		t.Errorf("received %q from %s, want from 127.0.0.2", buf[:n], src)
+	}
+}
+
+// TestSenderWriteDeadline: a socket's write deadline holds for the sender's call as for the net
+// package's: past, the send is refused with the deadline's error.
+func TestSenderWriteDeadline(t *testing.T) {
+	srv, client := listen(t, "127.0.0.1:0"), listen(t, "127.0.0.1:0")
+	d := Direct{conn: srv, addr: client.LocalAddr().(*net.UDPAddr)}
+	srv.SetWriteDeadline(time.Now().Add(-time.Second))
+	_, _, want := srv.WriteMsgUDP([]byte("x"), nil, d.addr)
+	n, err := d.Write([]byte("x"))
+	if n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) || want == nil || err.Error() != want.Error() {
+		t.Errorf("past deadline: %d, %v; want %v", n, err, want)
+	}
+	srv.SetWriteDeadline(time.Time{})
+	if _, err := d.Write([]byte("y")); err != nil {
+		t.Fatal(err)
+	}
+	received(t, client, []byte("y"), srv)
 }
 
 // drain reads c until it is closed, so its buffer never fills.
@@ -175,11 +234,35 @@ func TestSenderErrorsAsNetDoes(t *testing.T) {
 	}
 	received(t, c6, nil, v6) // an empty datagram, as the net package sends it
 
-	d = Direct{conn: v4, addr: &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 0}}
-	_, _, want = v4.WriteMsgUDP([]byte("x"), nil, d.addr)
-	_, err := d.Write([]byte("x"))
-	var sys *os.SyscallError
-	if err == nil || want == nil || err.Error() != want.Error() || !errors.As(err, &sys) || sys.Syscall != "sendmsg" {
-		t.Errorf("send to port 0: %v, want %v", err, want)
+	// As the net package: an unspecified address (on a dual-stack socket :: , not ::ffff:0.0.0.0),
+	// a port out of range, port 0, a connected socket, no client address; and a Direct with no
+	// socket (cleared) says so, where the net package panics.
+	dual := listen(t, "[::]:0")
+	connected, err := net.DialUDP("udp", nil, c6.LocalAddr().(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer connected.Close()
+	for _, c := range []struct {
+		name string
+		conn *net.UDPConn
+		addr *net.UDPAddr
+	}{
+		{"0.0.0.0 on a dual-stack socket", dual, &net.UDPAddr{IP: net.IPv4zero, Port: 9}},
+		{"port 65536", v4, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 65536}},
+		{"port 0", v4, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)}},
+		{"connected socket", connected, c6.LocalAddr().(*net.UDPAddr)},
+		{"no socket", nil, c6.LocalAddr().(*net.UDPAddr)},
+		{"no client address", v4, nil},
+	} {
+		var want error = errNoQuery
+		if c.conn != nil {
+			_, _, want = c.conn.WriteMsgUDP([]byte("x"), nil, c.addr)
+		}
+		d = Direct{conn: c.conn, addr: c.addr}
+		_, err := d.Write([]byte("x"))
+		if (err == nil) != (want == nil) || err != nil && err.Error() != want.Error() {
+			t.Errorf("%s: %v, want %v", c.name, err, want)
+		}
 	}
 }
