@@ -171,7 +171,7 @@ func (s *sender) setName(addr *net.UDPAddr) (uint32, bool) {
 // setPort stores port in network byte order.
 func setPort(p *uint16, port int) {
 	b := (*[2]byte)(unsafe.Pointer(p))
-	b[0], b[1] = byte(port>>8), byte(port)
+	b[0], b[1] = byte(port>>8), byte(port) //nolint:gosec // setName lets through 0..65535 only
 }
 
 // sendmsg is the system call, made by RawConn.Write with the socket's descriptor: done unless the
