@@ -121,6 +121,34 @@ func TestRecordSetsErrors(t *testing.T) {
 	}
 }
 
+// TestRecordSetsSignaturesRefusedRZone3: R-ZONE-3 (types), regression: a record-set file's
+// signatureRrdatas, on a record set or on a policy item, were dropped without a word and the data
+// answered DO queries unsigned. They are refused, naming the record set (and the item), as a zone
+// file's RRSIG records are; an empty list, what an unsigned zone's export holds, loads.
+func TestRecordSetsSignaturesRefusedRZone3(t *testing.T) {
+	const sig = `["A 13 3 60 20300101000000 20200101000000 12345 example.org. AAAA"]`
+	const must = "signatureRrdatas given (1): signed zone data is not supported"
+	for _, tc := range []struct{ in, where string }{
+		{`[{"name": "www.example.org.", "type": "A", "rrdatas": ["192.0.2.1"], "signatureRrdatas": ` + sig + `}]`,
+			"record set www.example.org. A: "},
+		{`[{"name": "w.example.org.", "type": "A", "routingPolicy": {"wrr": {"items": [{"weight": 1, "rrdatas": ["192.0.2.1"]}, {"weight": 1, "rrdatas": ["192.0.2.2"], "signatureRrdatas": ` + sig + `}]}}}]`,
+			"record set w.example.org. A: wrr item 1: "},
+		{`[{"name": "g.example.org.", "type": "A", "routingPolicy": {"geo": {"items": [{"location": "us-east1", "rrdatas": ["192.0.2.1"], "signatureRrdatas": ` + sig + `}]}}}]`,
+			"record set g.example.org. A: geo item 0 (us-east1): "},
+		{`[{"name": "f.example.org.", "type": "A", "routingPolicy": {"primaryBackup": {"primaryTargets": {"externalEndpoints": ["192.0.2.1"]}, "backupGeoTargets": {"items": [{"location": "us-east1", "rrdatas": ["192.0.2.2"], "signatureRrdatas": ` + sig + `}]}}}}]`,
+			"record set f.example.org. A: backupGeoTargets: geo item 0 (us-east1): "},
+	} {
+		if _, _, _, err := parseRecordSets([]byte(tc.in), "rs.json"); err == nil || !strings.Contains(err.Error(), tc.where+must) {
+			t.Errorf("%s: error %v, want %q", tc.in, err, tc.where+must)
+		}
+	}
+	rrs, sets, warns, err := parseRecordSets([]byte(`[{"name": "www.example.org.", "type": "A", "rrdatas": ["192.0.2.1"], "signatureRrdatas": []},
+		{"name": "w.example.org.", "type": "A", "routingPolicy": {"wrr": {"items": [{"weight": 1, "rrdatas": ["192.0.2.2"], "signatureRrdatas": []}]}}}]`), "rs.json")
+	if err != nil || len(rrs) != 1 || len(sets) != 1 || len(warns) != 0 {
+		t.Fatalf("empty signatureRrdatas: %d records, %d sets, warnings %q, error %v; want 1, 1, none, nil", len(rrs), len(sets), warns, err)
+	}
+}
+
 // TestRecordSetsRelativeNamesRZone3: R-ZONE-3 (names), regression: a relative name in the
 // rrdatas of a record-set file was completed with the root (`web` for a CNAME served as `web.`,
 // `10 mail` for an MX as `mail.`). A managed zone's export writes every name absolute, with its

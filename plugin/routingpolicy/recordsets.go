@@ -21,6 +21,7 @@ type apiRecordSet struct {
 	Type          string            `json:"type"`
 	TTL           *int64            `json:"ttl"`
 	Rrdatas       []string          `json:"rrdatas"`
+	Signatures    []string          `json:"signatureRrdatas"`
 	RoutingPolicy *apiRoutingPolicy `json:"routingPolicy"`
 }
 
@@ -38,6 +39,7 @@ type apiWRR struct {
 type apiWRRItem struct {
 	Weight               float64     `json:"weight"`
 	Rrdatas              []string    `json:"rrdatas"`
+	Signatures           []string    `json:"signatureRrdatas"`
 	HealthCheckedTargets *apiTargets `json:"healthCheckedTargets"`
 }
 
@@ -49,6 +51,7 @@ type apiGeo struct {
 type apiGeoItem struct {
 	Location             string      `json:"location"`
 	Rrdatas              []string    `json:"rrdatas"`
+	Signatures           []string    `json:"signatureRrdatas"`
 	HealthCheckedTargets *apiTargets `json:"healthCheckedTargets"`
 }
 
@@ -206,6 +209,9 @@ func (rs *apiRecordSet) convert(file string) ([]dns.RR, *setSpec, error) {
 		}
 		ttl = uint32(*rs.TTL)
 	}
+	if err := unsigned("", rs.Signatures); err != nil {
+		return nil, nil, err
+	}
 	name := canonicalName(rs.Name)
 	rp := rs.RoutingPolicy
 	if rp == nil || (rp.WRR == nil && rp.Geo == nil && rp.PrimaryBackup == nil) {
@@ -282,6 +288,9 @@ func (rs *apiRecordSet) convert(file string) ([]dns.RR, *setSpec, error) {
 	case rp.WRR != nil:
 		s.kind = WRR
 		for i, it := range rp.WRR.Items {
+			if err := unsigned(fmt.Sprintf("wrr item %d: ", i), it.Signatures); err != nil {
+				return nil, nil, err
+			}
 			rd, err := rdataOf(it.Rrdatas, it.HealthCheckedTargets)
 			if err != nil {
 				return nil, nil, fmt.Errorf("wrr item %d: %v", i, err)
@@ -330,6 +339,9 @@ func (rs *apiRecordSet) convert(file string) ([]dns.RR, *setSpec, error) {
 func geoItems(g *apiGeo, rdataOf func([]string, *apiTargets) ([]string, error)) ([]itemSpec, error) {
 	var out []itemSpec
 	for i, it := range g.Items {
+		if err := unsigned(fmt.Sprintf("geo item %d (%s): ", i, it.Location), it.Signatures); err != nil {
+			return nil, err
+		}
 		rd, err := rdataOf(it.Rrdatas, it.HealthCheckedTargets)
 		if err != nil {
 			return nil, fmt.Errorf("geo item %d (%s): %v", i, it.Location, err)
@@ -337,6 +349,16 @@ func geoItems(g *apiGeo, rdataOf func([]string, *apiTargets) ([]string, error)) 
 		out = append(out, itemSpec{location: it.Location, rdata: rd})
 	}
 	return out, nil
+}
+
+// unsigned refuses signatures (signatureRrdatas) as the zone file's RRSIG records are refused:
+// served as they are, they would not cover what a policy answers per query (RFC 4035 3.1); the
+// dnssec plugin signs what is served. An empty list is what an unsigned zone's export holds.
+func unsigned(where string, sigs []string) error {
+	if len(sigs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%ssignatureRrdatas given (%d): signed zone data is not supported (sign with the dnssec plugin instead)", where, len(sigs))
 }
 
 // relativeMark is the origin hasRelativeName completes relative names with: no name of a zone

@@ -724,6 +724,24 @@ func TestZoneRefusedWhereFileLoads(t *testing.T) {
 	}
 }
 
+// TestZoneNSEC3RefusedRZone3: R-ZONE-3 (types): NSEC3 and NSEC3PARAM records, which `file`
+// refuses too, are refused at load as the other signed data is, naming the record.
+func TestZoneNSEC3RefusedRZone3(t *testing.T) {
+	zf := filepath.Join(t.TempDir(), "db")
+	for _, tc := range []struct{ data, record string }{
+		{"a NSEC3 1 0 1 - 2VPTU5TIMAMQTTGL4LUU9KG21E0AOR3S A\n", `a.example.org.\t60\tIN\tNSEC3\t`},
+		{"@ NSEC3PARAM 1 0 1 -\n", `example.org.\t60\tIN\tNSEC3PARAM\t`},
+	} {
+		if err := os.WriteFile(zf, []byte("$ORIGIN example.org.\n$TTL 60\n@ SOA ns1 h 1 2 3 4 5\n@ NS ns1\nns1 A 192.0.2.1\n"+tc.data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		err := loadErr("routingpolicy example.org {\n zonefile " + zf + "\n}")
+		if err == nil || !strings.Contains(err.Error(), "signed zone data is not supported") || !strings.Contains(err.Error(), `record "`+tc.record) {
+			t.Errorf("%q: error %v, want signed zone data refused naming the record", tc.data, err)
+		}
+	}
+}
+
 // TestZoneClassINOnlyRZone3: R-ZONE-3, regression: a record of a class other than IN in a zone
 // file (`chx CH TXT "chaos"`) was rewritten to IN and answered so. It is refused at load, naming
 // the record, whatever the source; the inline and record-set parsers give IN only.
