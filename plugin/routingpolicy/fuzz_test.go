@@ -71,7 +71,17 @@ func FuzzRecordSets(f *testing.F) {
 	}
 	f.Add([]byte(`{"rrsets": []}`))
 	f.Add([]byte(`- name: x.`))
-	loc := mustLocator(f)
+	// The built-in regions and r0..r299, so that a geo policy can have more items than maxItems,
+	// each at its own location (seed failover-backup-300-items).
+	var cfg region.Config
+	cfg.Coords = make(map[string]region.Coord, 300)
+	for i := range 300 {
+		cfg.Coords["r"+strconv.Itoa(i)] = region.Coord{Lat: float64(i%180 - 90), Lon: float64(i%360 - 180)}
+	}
+	loc, err := cfg.Build()
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		rrs, sets, _, err := parseRecordSets(b, "fuzz")
 		if err != nil {

@@ -1,6 +1,7 @@
 package routingpolicy
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -279,4 +280,85 @@ func loadRecordSetsFile(t *testing.T, body string) (write func(body string, vers
 		t.Fatal(err)
 	}
 	return write, cfgs[0], d
+}
+
+// TestFileReloadRefusesWhatLoadRefusesRZone3: R-ZONE-3 (every file reload): a reload of a
+// record-set file or a zone file that breaks a load check (the item limit, for WRR, geo and a
+// failover's backup; a CNAME beside other data; a name outside the zone; a CNAME loop; signed
+// data) is refused, logged with its reason, and the last good data keeps answering. A record-set
+// file past the item limit panicked in the query path before the limit was checked at every load.
+func TestFileReloadRefusesWhatLoadRefusesRZone3(t *testing.T) {
+	const items = maxItems + 1
+	var coords, wrr, geo strings.Builder
+	for i := range items {
+		fmt.Fprintf(&coords, "coordinates r%d %d %d\n", i, i%90, i)
+		fmt.Fprintf(&wrr, "{weight: 1, rrdatas: [10.1.%d.%d]},", i/250, i%250+1)
+		fmt.Fprintf(&geo, "{location: r%d, rrdatas: [10.2.%d.%d]},", i, i/250, i%250+1)
+	}
+	const zoneHead = "$ORIGIN example.org.\n$TTL 60\n@ SOA ns1 h 1 2 3 4 5\n@ NS ns1\nns1 A 192.0.2.1\n"
+	for _, tc := range []struct {
+		name, directive, good, bad string
+		reason                     []string
+	}{
+		{"wrr past the item limit", "recordsets", "- {name: www.example.org., type: A, rrdatas: [10.0.0.1]}\n",
+			"- {name: www.example.org., type: A, routingPolicy: {wrr: {items: [" + wrr.String() + "]}}}\n",
+			[]string{"www.example.org./A (", "129 items, at most 128 allowed"}},
+		{"geo past the item limit", "recordsets", "- {name: www.example.org., type: A, rrdatas: [10.0.0.1]}\n",
+			"- {name: www.example.org., type: A, routingPolicy: {geo: {items: [" + geo.String() + "]}}}\n",
+			[]string{"www.example.org./A (", "129 items, at most 128 allowed"}},
+		{"failover backup past the item limit", "recordsets", "- {name: www.example.org., type: A, rrdatas: [10.0.0.1]}\n",
+			"- {name: www.example.org., type: A, routingPolicy: {primaryBackup: {primaryTargets: {externalEndpoints: [10.3.0.1]}, backupGeoTargets: {items: [" + geo.String() + "]}}}}\n",
+			[]string{"www.example.org./A (", "129 items, at most 128 allowed"}},
+		{"record set outside the zone", "recordsets", "- {name: www.example.org., type: A, rrdatas: [10.0.0.1]}\n",
+			"- {name: www.example.org., type: A, rrdatas: [10.0.0.2]}\n- {name: www.example.net., type: A, rrdatas: [10.0.0.3]}\n",
+			[]string{"outside the zones"}},
+		{"signed record set", "recordsets", "- {name: www.example.org., type: A, rrdatas: [10.0.0.1]}\n",
+			"- {name: www.example.org., type: A, rrdatas: [10.0.0.2], signatureRrdatas: ['A 13 3 60 20300101000000 20200101000000 12345 example.org. AAAA']}\n",
+			[]string{"signatureRrdatas given (1): signed zone data is not supported"}},
+		{"CNAME beside other data", "zonefile", zoneHead + "www A 10.0.0.1\n",
+			zoneHead + "www A 10.0.0.2\nwww CNAME ns1\n", []string{"has a CNAME and other data"}},
+		{"name outside the zone", "zonefile", zoneHead + "www A 10.0.0.1\n",
+			zoneHead + "www A 10.0.0.2\nwww.example.net. A 10.0.0.3\n", []string{"outside the zones"}},
+		{"CNAME loop", "zonefile", zoneHead + "www A 10.0.0.1\n",
+			zoneHead + "www A 10.0.0.2\na CNAME b\nb CNAME a\n", []string{"CNAME loop"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := filepath.Join(t.TempDir(), "data")
+			write := func(body string, version int) {
+				t.Helper()
+				if err := os.WriteFile(f, []byte(body), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				when := fixedNow.Add(time.Duration(version) * time.Second)
+				if err := os.Chtimes(f, when, when); err != nil {
+					t.Fatal(err)
+				}
+			}
+			write(tc.good, 1)
+			rp, _ := newTest(t, "routingpolicy example.org {\n reload 0\n "+tc.directive+" "+f+"\n"+coords.String()+"}")
+			logs := coretest.CaptureLog(t)
+			write(tc.bad, 2)
+			if rp.reloadIfChanged(fixedNow) {
+				t.Fatal("the broken file was loaded")
+			}
+			if logs.Count(append([]string{"Reload of [example.org.] failed, serving the last good data"}, tc.reason...)...) != 1 {
+				t.Fatalf("the refused reload is not logged with %q:\n%s", tc.reason, logs)
+			}
+			if got := addrs(ask(t, rp, "www.example.org.", dns.TypeA, "10.1.1.1")); got != "10.0.0.1" {
+				t.Fatalf("after the refused reload: %q, want the last good data (10.0.0.1)", got)
+			}
+			// The file loads again once it is mended: the checks refused the data, not the file.
+			mended := "- {name: www.example.org., type: A, rrdatas: [10.0.0.2]}\n"
+			if tc.directive == "zonefile" {
+				mended = zoneHead + "www A 10.0.0.2\n"
+			}
+			write(mended, 3)
+			if !rp.reloadIfChanged(fixedNow) {
+				t.Fatal("the mended file was not loaded")
+			}
+			if got := addrs(ask(t, rp, "www.example.org.", dns.TypeA, "10.1.1.1")); got != "10.0.0.2" {
+				t.Fatalf("after the mended reload: %q, want 10.0.0.2", got)
+			}
+		})
+	}
 }
