@@ -708,12 +708,32 @@ func noOPT(rrs []dns.RR) []dns.RR {
 // diffSection compares two sections as multisets of records, exactly but for the owner names of
 // SRV records, which file keeps as written and we answer in lower case (README, Differences from
 // file; RFC 4343).
+// The answer section is compared in order too, RRset by RRset (rrsetOrder).
 func diffSection(section string, want, got []dns.RR) string {
 	w, g := canon(want), canon(got)
-	if slices.Equal(w, g) {
-		return ""
+	if !slices.Equal(w, g) {
+		return fmt.Sprintf("%s differs:\n  file:           %v\n  routingpolicy:  %v", section, w, g)
 	}
-	return fmt.Sprintf("%s differs:\n  file:           %v\n  routingpolicy:  %v", section, w, g)
+	if strings.HasPrefix(section, "answer") {
+		if wo, gotOrder := rrsetOrder(want), rrsetOrder(got); !slices.Equal(wo, gotOrder) {
+			return fmt.Sprintf("%s in another order:\n  file:           %v\n  routingpolicy:  %v", section, wo, gotOrder)
+		}
+	}
+	return ""
+}
+
+// rrsetOrder returns the owner and type of each run of records of one RRset in rrs, in the order
+// they stand: a chain is answered link by link, each CNAME before what it points at (RFC 1034
+// 4.3.2), while the records of one RRset have no order (RFC 2181 5).
+func rrsetOrder(rrs []dns.RR) []string {
+	var out []string
+	for _, rr := range rrs {
+		k := strings.ToLower(rr.Header().Name) + "/" + dns.TypeToString[rr.Header().Rrtype]
+		if len(out) == 0 || out[len(out)-1] != k {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 func canon(rrs []dns.RR) []string {
