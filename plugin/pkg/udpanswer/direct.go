@@ -19,7 +19,7 @@ type Direct struct {
 	conn *net.UDPConn
 	addr *net.UDPAddr
 	oob  []byte
-	send sender // what the send keeps between answers (sender_linux.go)
+	send sender // what the send keeps between answers (sender_raw.go; sender_net.go elsewhere)
 }
 
 // Reset makes d the writer of w's answer and reports whether it can be: w is miekg/dns's writer
@@ -53,12 +53,19 @@ func (d *Direct) Clear() {
 // A Direct that has no query's writer (cleared) writes nothing and says so.
 func (d *Direct) Write(b []byte) (int, error) {
 	if d.conn == nil {
-		return 0, errNoQuery
+		return 0, noQuery()
 	}
 	return d.send.write(d, b)
 }
 
-var errNoQuery = &net.OpError{Op: "write", Net: "udp", Err: errors.New("udpanswer.Direct: no query to answer (not Reset)")}
+// noQuery is the error of a Write with no query to answer: made for each, as the net package makes
+// its errors, so no caller changes another's. Out of line, so Write's frame stays as small as the
+// send path needs (a deeper one can make the query's goroutine grow its stack: README).
+//
+//go:noinline
+func noQuery() error {
+	return &net.OpError{Op: "write", Net: "udp", Err: errors.New("udpanswer.Direct: no query to answer (not Reset)")}
+}
 
 // writeMsgUDP is Write through the net package, as miekg/dns sends: for what the sender does
 // not make itself.

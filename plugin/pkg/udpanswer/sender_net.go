@@ -2,7 +2,8 @@
 
 package udpanswer
 
-// sender sends through the net package on systems other than Linux.
+// sender sends through the net package on systems other than Linux, and on Linux 386 and s390x
+// (sender_raw.go says why).
 type sender struct{}
 
 func (*sender) clear() {}

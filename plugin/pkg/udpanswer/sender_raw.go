@@ -4,7 +4,6 @@ package udpanswer
 
 import (
 	"net"
-	"os"
 	"sync"
 	"syscall"
 	"unsafe"
@@ -24,8 +23,9 @@ import (
 // a closed socket is an error, not a write to a descriptor reused since. What this sender does
 // not make goes through the net package, with its result: a client address with an IPv6 zone, one
 // of the other family on an IPv4 socket, an unspecified address or a port out of range, an empty
-// answer, a connected socket. (386 and s390x, where sendmsg is not a system call of its own before
-// Linux 4.3, send through the net package: sender_other.go.)
+// answer, a connected socket; and a system call that failed is made again there, for the net
+// package's own error. (386 and s390x, where sendmsg is not a system call of its own before
+// Linux 4.3, send through the net package: sender_net.go.)
 type sender struct {
 	sock *net.UDPConn // the socket sk is of
 	sk   *socket
@@ -41,15 +41,16 @@ type sender struct {
 
 // socket is what a send needs of a listener socket.
 type socket struct {
-	rc     syscall.RawConn
-	family int  // AF_INET or AF_INET6 (SO_DOMAIN)
-	ok     bool // the sender can send on it: an IPv4 or IPv6 socket, not connected
+	rc     syscall.RawConn // nil where ok is false
+	family int             // SO_DOMAIN: AF_INET or AF_INET6 where ok, else what it is (-1: unknown)
+	ok     bool            // the sender can send on it: an IPv4 or IPv6 socket, not connected
 }
 
 // socketCacheSize is the most sockets whose RawConn is kept: a server has one per listener and
-// transport (multisocket: several). When the cache is full it is emptied and fills again with the
-// sockets still in use (the sockets of servers stopped by a reload go then).
-const socketCacheSize = 256
+// transport, CoreDNS's multisocket up to 1024 per listener. When the cache is full, the sockets
+// closed since they were kept (by a reload, a stopped server) are dropped; if every one is still
+// open, the cache is emptied and fills again with those in use.
+const socketCacheSize = 1024
 
 var sockets = struct {
 	sync.RWMutex
@@ -83,11 +84,24 @@ func newSocket(conn *net.UDPConn) *socket {
 	}
 	sockets.Lock()
 	if len(sockets.m) >= socketCacheSize {
-		clear(sockets.m)
+		pruneSockets()
 	}
 	sockets.m[conn] = sk
 	sockets.Unlock()
 	return sk
+}
+
+// pruneSockets drops the sockets closed since they were kept, or all of them if none was; it runs
+// with sockets locked, when the cache is full.
+func pruneSockets() {
+	for conn, sk := range sockets.m {
+		if sk.rc == nil || sk.rc.Control(func(uintptr) {}) != nil {
+			delete(sockets.m, conn) // closed (or never sent on directly: made again if seen again)
+		}
+	}
+	if len(sockets.m) >= socketCacheSize {
+		clear(sockets.m)
+	}
 }
 
 // clear drops what points at the last answer and its control message.
@@ -128,14 +142,17 @@ func (s *sender) write(d *Direct, b []byte) (int, error) {
 	s.n, s.err = 0, 0
 	err := s.sk.rc.Write(s.fn)
 	s.clear()
-	netName := "udp"
-	if op, ok := err.(*net.OpError); ok { // RawConn.Write's "raw-write": the cause, named as below
-		err, netName = op.Err, op.Net
-	} else if err == nil && s.err != 0 {
-		err = os.NewSyscallError("sendmsg", s.err)
+	if err == nil && s.err != 0 {
+		// The system call failed (a client that cannot be reached, a port the kernel refuses):
+		// a datagram goes whole or not at all, so the net package makes the same call again and
+		// says why as it says it (with the socket's network, "udp4" or "udp6", which only it knows).
+		return d.writeMsgUDP(b)
+	}
+	if op, ok := err.(*net.OpError); ok { // RawConn.Write's "raw-write" (closed, deadline): named as the net package's write
+		return 0, &net.OpError{Op: "write", Net: op.Net, Source: d.conn.LocalAddr(), Addr: d.addr, Err: op.Err}
 	}
 	if err != nil {
-		return 0, &net.OpError{Op: "write", Net: netName, Source: d.conn.LocalAddr(), Addr: d.addr, Err: err}
+		return 0, &net.OpError{Op: "write", Net: "udp", Source: d.conn.LocalAddr(), Addr: d.addr, Err: err}
 	}
 	return s.n, nil
 }

@@ -8,8 +8,11 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // listen is a UDP socket on addr ("127.0.0.1:0", "[::]:0" ...), closed when the test ends.
@@ -210,8 +213,8 @@ func TestSenderClosedSocket(t *testing.T) {
 
 // TestSenderErrorsAsNetDoes: what the sender does not make itself goes through the net package,
 // with its result: an IPv6 client on an IPv4 socket (an error, as miekg/dns's Write returns), a
-// client address with a zone, an empty answer; and a client that cannot be reached is the
-// system's error, named with the call.
+// client address with a zone, an empty answer; and a system call that fails (a client that cannot
+// be reached, port 0) is the net package's error, word for word (the socket's network included).
 func TestSenderErrorsAsNetDoes(t *testing.T) {
 	v4, c6 := listen(t, "127.0.0.1:0"), listen(t, "[::1]:0")
 	d := Direct{conn: v4, addr: c6.LocalAddr().(*net.UDPAddr)}
@@ -228,6 +231,11 @@ func TestSenderErrorsAsNetDoes(t *testing.T) {
 		t.Fatal(err)
 	}
 	received(t, c6, []byte("zone"), v6)
+	if d.send.sock != nil {
+		// Linux ignores the zone of ::1, so what is received cannot tell; the sender never
+		// looked at the socket, which it does first on its own path.
+		t.Error("a client address with a zone was sent by the sender, not the net package (it drops the zone)")
+	}
 
 	if n, err := d.Write(nil); n != 0 || err != nil {
 		t.Errorf("empty answer: %d, %v", n, err)
@@ -243,6 +251,13 @@ func TestSenderErrorsAsNetDoes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer connected.Close()
+	udp4, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer udp4.Close()
+	c4 := listen(t, "127.0.0.1:0")
+	c4Port := c4.LocalAddr().(*net.UDPAddr).Port
 	for _, c := range []struct {
 		name string
 		conn *net.UDPConn
@@ -250,12 +265,17 @@ func TestSenderErrorsAsNetDoes(t *testing.T) {
 	}{
 		{"0.0.0.0 on a dual-stack socket", dual, &net.UDPAddr{IP: net.IPv4zero, Port: 9}},
 		{"port 65536", v4, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 65536}},
+		// Cut to 16 bits, these would reach c4 (65536 + its port) and port 65535.
+		{"port 65536 + a client's port", v4, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 65536 + c4Port}},
+		{"port -1", v4, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: -1}},
 		{"port 0", v4, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)}},
+		{"port 0 on a udp4 socket", udp4, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)}},
+		{"an IPv4 client of a socket bound to ::1 (unreachable)", v6, c4.LocalAddr().(*net.UDPAddr)},
 		{"connected socket", connected, c6.LocalAddr().(*net.UDPAddr)},
 		{"no socket", nil, c6.LocalAddr().(*net.UDPAddr)},
 		{"no client address", v4, nil},
 	} {
-		var want error = errNoQuery
+		want := noQuery()
 		if c.conn != nil {
 			_, _, want = c.conn.WriteMsgUDP([]byte("x"), nil, c.addr)
 		}
@@ -264,5 +284,53 @@ func TestSenderErrorsAsNetDoes(t *testing.T) {
 		if (err == nil) != (want == nil) || err != nil && err.Error() != want.Error() {
 			t.Errorf("%s: %v, want %v", c.name, err, want)
 		}
+	}
+	c4.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	if _, _, err := c4.ReadFromUDP(make([]byte, 64)); err == nil {
+		t.Error("an answer to a port out of range reached the client at that port cut to 16 bits")
+	}
+}
+
+// liveRawConn is a RawConn of a socket that is open, for the cache's tests.
+type liveRawConn struct{ syscall.RawConn }
+
+func (liveRawConn) Control(func(uintptr)) error { return nil }
+
+// TestSocketCachePrunesClosed: the cache of sockets, when full, drops the sockets closed since
+// they were kept (a reload's old listeners) and keeps those still open, so a server with many
+// listeners (multisocket: up to 1024 each) is not made to look its sockets up again after every
+// reload; when every kept socket is open it is emptied.
+func TestSocketCachePrunesClosed(t *testing.T) {
+	sockets.Lock()
+	saved := sockets.m
+	sockets.m = make(map[*net.UDPConn]*socket)
+	sockets.Unlock()
+	t.Cleanup(func() {
+		sockets.Lock()
+		sockets.m = saved
+		sockets.Unlock()
+	})
+	open, closed, next := listen(t, "127.0.0.1:0"), listen(t, "127.0.0.1:0"), listen(t, "127.0.0.1:0")
+	openSk, closedSk := socketOf(open), socketOf(closed)
+	closed.Close()
+	for len(sockets.m) < socketCacheSize {
+		sockets.m[new(net.UDPConn)] = &socket{rc: liveRawConn{}, family: unix.AF_INET, ok: true}
+	}
+	sockets.m[new(net.UDPConn)] = &socket{family: -1} // never sendable: dropped, made again if seen
+	socketOf(next)
+	if got := len(sockets.m); got != socketCacheSize { // one past full, two dropped, one added
+		t.Errorf("after pruning a full cache: %d sockets kept, want %d (the closed and the unsendable dropped, the new one added)", got, socketCacheSize)
+	}
+	if sockets.m[open] != openSk || sockets.m[closed] != nil || sockets.m[next] == nil || closedSk == nil {
+		t.Errorf("after pruning: open kept %v, closed dropped %v, new kept %v", sockets.m[open] == openSk, sockets.m[closed] == nil, sockets.m[next] != nil)
+	}
+	// Full of open sockets: emptied, then the new one kept.
+	for len(sockets.m) < socketCacheSize {
+		sockets.m[new(net.UDPConn)] = &socket{rc: liveRawConn{}, family: unix.AF_INET, ok: true}
+	}
+	last := listen(t, "127.0.0.1:0")
+	socketOf(last)
+	if got := len(sockets.m); got != 1 || sockets.m[last] == nil {
+		t.Errorf("a full cache of open sockets: %d kept after a new one, want the new one alone", got)
 	}
 }
