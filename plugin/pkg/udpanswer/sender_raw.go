@@ -4,6 +4,7 @@ package udpanswer
 
 import (
 	"net"
+	"os"
 	"sync"
 	"syscall"
 	"unsafe"
@@ -23,8 +24,7 @@ import (
 // a closed socket is an error, not a write to a descriptor reused since. What this sender does
 // not make goes through the net package, with its result: a client address with an IPv6 zone, one
 // of the other family on an IPv4 socket, an unspecified address or a port out of range, an empty
-// answer, a connected socket; and a system call that failed is made again there, for the net
-// package's own error. (386 and s390x, where sendmsg is not a system call of its own before
+// answer, a connected socket. A failed send is the net package's error, word for word. (386 and s390x, where sendmsg is not a system call of its own before
 // Linux 4.3, send through the net package: sender_net.go.)
 type sender struct {
 	sock *net.UDPConn // the socket sk is of
@@ -41,21 +41,24 @@ type sender struct {
 
 // socket is what a send needs of a listener socket.
 type socket struct {
-	rc     syscall.RawConn // nil where ok is false
-	family int             // SO_DOMAIN: AF_INET or AF_INET6 where ok, else what it is (-1: unknown)
+	rc     syscall.RawConn // nil for a connected socket
+	family int             // SO_DOMAIN (-1: unknown)
+	net    string          // the socket's network as the net package names it in errors ("udp", "udp4", "udp6")
 	ok     bool            // the sender can send on it: an IPv4 or IPv6 socket, not connected
 }
 
-// socketCacheSize is the most sockets whose RawConn is kept: a server has one per listener and
-// transport, CoreDNS's multisocket up to 1024 per listener. When the cache is full, the sockets
-// closed since they were kept (by a reload, a stopped server) are dropped; if every one is still
-// open, the cache is emptied and fills again with those in use.
-const socketCacheSize = 1024
+// socketCacheStart is how many sockets are kept before the cache is first pruned: a server has
+// one per listener and transport, CoreDNS's multisocket up to 1024 per listener. When the cache is
+// full, the sockets closed since they were kept (by a reload, a stopped server) are dropped; if
+// half or more of its sockets are still open, it holds twice as many from then on. So a socket in
+// use is never looked up again, and the closed ones kept are never more than the open ones.
+const socketCacheStart = 1024
 
 var sockets = struct {
 	sync.RWMutex
-	m map[*net.UDPConn]*socket
-}{m: make(map[*net.UDPConn]*socket)}
+	m     map[*net.UDPConn]*socket
+	limit int
+}{m: make(map[*net.UDPConn]*socket), limit: socketCacheStart}
 
 // socketOf returns what a send needs of conn: kept, or made on first sight.
 func socketOf(conn *net.UDPConn) *socket {
@@ -70,9 +73,9 @@ func socketOf(conn *net.UDPConn) *socket {
 
 //go:noinline
 func newSocket(conn *net.UDPConn) *socket {
-	sk := new(socket)
+	sk := &socket{family: -1, net: "udp"}
 	if rc, err := conn.SyscallConn(); err == nil && conn.RemoteAddr() == nil {
-		sk.rc, sk.family = rc, -1
+		sk.rc = rc
 		if rc.Control(func(fd uintptr) {
 			if v, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_DOMAIN); err == nil {
 				sk.family = v
@@ -80,10 +83,17 @@ func newSocket(conn *net.UDPConn) *socket {
 		}) != nil {
 			return sk // closed: not kept, the net package says so
 		}
+		// The net package names the socket's network only in its errors: an unconnected socket
+		// refuses a write with no address before any system call, with an error that says it.
+		if _, _, err := conn.WriteMsgUDP(nil, nil, nil); err != nil {
+			if op, ok := err.(*net.OpError); ok && op.Net != "" {
+				sk.net = op.Net
+			}
+		}
 		sk.ok = sk.family == unix.AF_INET || sk.family == unix.AF_INET6
 	}
 	sockets.Lock()
-	if len(sockets.m) >= socketCacheSize {
+	if len(sockets.m) >= sockets.limit {
 		pruneSockets()
 	}
 	sockets.m[conn] = sk
@@ -91,16 +101,18 @@ func newSocket(conn *net.UDPConn) *socket {
 	return sk
 }
 
-// pruneSockets drops the sockets closed since they were kept, or all of them if none was; it runs
-// with sockets locked, when the cache is full.
+// pruneSockets drops the sockets closed since they were kept (and connected ones, made again if
+// seen again), and doubles the cache's size if half of it or more is still open. It runs with
+// sockets locked, when the cache is full; RawConn.Control on a socket only takes a reference to
+// its descriptor, so it never blocks.
 func pruneSockets() {
 	for conn, sk := range sockets.m {
 		if sk.rc == nil || sk.rc.Control(func(uintptr) {}) != nil {
-			delete(sockets.m, conn) // closed (or never sent on directly: made again if seen again)
+			delete(sockets.m, conn)
 		}
 	}
-	if len(sockets.m) >= socketCacheSize {
-		clear(sockets.m)
+	if len(sockets.m) >= sockets.limit/2 {
+		sockets.limit *= 2
 	}
 }
 
@@ -142,17 +154,13 @@ func (s *sender) write(d *Direct, b []byte) (int, error) {
 	s.n, s.err = 0, 0
 	err := s.sk.rc.Write(s.fn)
 	s.clear()
-	if err == nil && s.err != 0 {
-		// The system call failed (a client that cannot be reached, a port the kernel refuses):
-		// a datagram goes whole or not at all, so the net package makes the same call again and
-		// says why as it says it (with the socket's network, "udp4" or "udp6", which only it knows).
-		return d.writeMsgUDP(b)
+	if op, ok := err.(*net.OpError); ok { // RawConn.Write's "raw-write" (closed, deadline): the cause
+		err = op.Err
+	} else if err == nil && s.err != 0 {
+		err = os.NewSyscallError("sendmsg", s.err)
 	}
-	if op, ok := err.(*net.OpError); ok { // RawConn.Write's "raw-write" (closed, deadline): named as the net package's write
-		return 0, &net.OpError{Op: "write", Net: op.Net, Source: d.conn.LocalAddr(), Addr: d.addr, Err: op.Err}
-	}
-	if err != nil {
-		return 0, &net.OpError{Op: "write", Net: "udp", Source: d.conn.LocalAddr(), Addr: d.addr, Err: err}
+	if err != nil { // as the net package's WriteMsgUDP says it
+		return 0, &net.OpError{Op: "write", Net: s.sk.net, Source: d.conn.LocalAddr(), Addr: d.addr, Err: err}
 	}
 	return s.n, nil
 }

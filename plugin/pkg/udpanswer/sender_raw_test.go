@@ -297,40 +297,46 @@ type liveRawConn struct{ syscall.RawConn }
 func (liveRawConn) Control(func(uintptr)) error { return nil }
 
 // TestSocketCachePrunesClosed: the cache of sockets, when full, drops the sockets closed since
-// they were kept (a reload's old listeners) and keeps those still open, so a server with many
-// listeners (multisocket: up to 1024 each) is not made to look its sockets up again after every
-// reload; when every kept socket is open it is emptied.
+// they were kept (a reload's old listeners) and keeps those still open; if half of it or more is
+// open, it grows to twice its size, so a server with many listeners (multisocket: up to 1024
+// each) never looks a socket in use up again; one full of closed sockets keeps its size.
 func TestSocketCachePrunesClosed(t *testing.T) {
 	sockets.Lock()
-	saved := sockets.m
-	sockets.m = make(map[*net.UDPConn]*socket)
+	savedM, savedLimit := sockets.m, sockets.limit
+	sockets.m, sockets.limit = make(map[*net.UDPConn]*socket), 8
 	sockets.Unlock()
 	t.Cleanup(func() {
 		sockets.Lock()
-		sockets.m = saved
+		sockets.m, sockets.limit = savedM, savedLimit
 		sockets.Unlock()
 	})
-	open, closed, next := listen(t, "127.0.0.1:0"), listen(t, "127.0.0.1:0"), listen(t, "127.0.0.1:0")
-	openSk, closedSk := socketOf(open), socketOf(closed)
-	closed.Close()
-	for len(sockets.m) < socketCacheSize {
-		sockets.m[new(net.UDPConn)] = &socket{rc: liveRawConn{}, family: unix.AF_INET, ok: true}
+	closedSocket := func() *net.UDPConn {
+		c := listen(t, "127.0.0.1:0")
+		socketOf(c)
+		c.Close()
+		return c
 	}
-	sockets.m[new(net.UDPConn)] = &socket{family: -1} // never sendable: dropped, made again if seen
+	open := listen(t, "127.0.0.1:0")
+	openSk, closed := socketOf(open), closedSocket()
+	for range 5 {
+		sockets.m[new(net.UDPConn)] = &socket{rc: liveRawConn{}, family: unix.AF_INET, net: "udp", ok: true}
+	}
+	sockets.m[new(net.UDPConn)] = &socket{family: -1, net: "udp"} // connected: dropped, made again if seen
+	next := listen(t, "127.0.0.1:0")
 	socketOf(next)
-	if got := len(sockets.m); got != socketCacheSize { // one past full, two dropped, one added
-		t.Errorf("after pruning a full cache: %d sockets kept, want %d (the closed and the unsendable dropped, the new one added)", got, socketCacheSize)
+	if len(sockets.m) != 7 || sockets.limit != 16 || sockets.m[open] != openSk || sockets.m[closed] != nil || sockets.m[next] == nil {
+		t.Errorf("a full cache of 6 open sockets, 1 closed, 1 connected, then a new one: %d kept (want 7), size %d (want 16), open kept %v, closed dropped %v, new kept %v",
+			len(sockets.m), sockets.limit, sockets.m[open] == openSk, sockets.m[closed] == nil, sockets.m[next] != nil)
 	}
-	if sockets.m[open] != openSk || sockets.m[closed] != nil || sockets.m[next] == nil || closedSk == nil {
-		t.Errorf("after pruning: open kept %v, closed dropped %v, new kept %v", sockets.m[open] == openSk, sockets.m[closed] == nil, sockets.m[next] != nil)
+
+	// Full of closed sockets: they go, and the size stays.
+	sockets.m, sockets.limit = map[*net.UDPConn]*socket{open: openSk}, 8
+	for len(sockets.m) < 8 {
+		closedSocket()
 	}
-	// Full of open sockets: emptied, then the new one kept.
-	for len(sockets.m) < socketCacheSize {
-		sockets.m[new(net.UDPConn)] = &socket{rc: liveRawConn{}, family: unix.AF_INET, ok: true}
-	}
-	last := listen(t, "127.0.0.1:0")
-	socketOf(last)
-	if got := len(sockets.m); got != 1 || sockets.m[last] == nil {
-		t.Errorf("a full cache of open sockets: %d kept after a new one, want the new one alone", got)
+	socketOf(next)
+	if len(sockets.m) != 2 || sockets.limit != 8 || sockets.m[open] != openSk {
+		t.Errorf("a full cache of 7 closed sockets and an open one, then a new one: %d kept (want 2), size %d (want 8), open kept %v",
+			len(sockets.m), sockets.limit, sockets.m[open] == openSk)
 	}
 }
