@@ -14,7 +14,7 @@ import (
 )
 
 func TestRecordSetsExport(t *testing.T) {
-	for _, f := range []string{"testdata/export.json", "testdata/export.yaml"} {
+	for _, f := range []string{"testdata/export.json", "testdata/export.yaml", "testdata/export-stream.yaml"} {
 		t.Run(f, func(t *testing.T) {
 			rp, b := newTest(t, `routingpolicy example.org {
 				region us-east1
@@ -118,6 +118,42 @@ func TestRecordSetsErrors(t *testing.T) {
 		recordsets ` + f + `
 	}`); err == nil || !strings.Contains(err.Error(), "weight 1001 out of range 0..1000") {
 		t.Fatalf("weight in file: %v", err) // R-WRR-1
+	}
+}
+
+// TestRecordSetsDocumentsRZone3: R-ZONE-3, regression: a YAML stream of record sets, one a
+// document after "---" (what gcloud dns record-sets export and list --format=yaml write), loaded
+// its first document as an object without "rrsets": an empty zone, with no error and no warning.
+// Every document is read now; a document (JSON or YAML) may be a list, an object with rrsets or
+// one record set; an error names the record set, or the document where it has none.
+func TestRecordSetsDocumentsRZone3(t *testing.T) {
+	for _, tc := range []struct {
+		name, in string
+		records  int
+	}{
+		{"stream", "---\nkind: dns#resourceRecordSet\nname: a.example.org.\ntype: A\nrrdatas: [192.0.2.1]\n---\nname: b.example.org.\ntype: A\nrrdatas: [192.0.2.2]\n", 2},
+		{"stream with empty documents and an end marker", "---\n---\nname: a.example.org.\ntype: A\nrrdatas: [192.0.2.1]\n...\n---\n# nothing\n", 1},
+		{"stream of lists", "- {name: a.example.org., type: A, rrdatas: [192.0.2.1]}\n---\n- {name: b.example.org., type: A, rrdatas: [192.0.2.2]}\n- {name: c.example.org., type: A, rrdatas: [192.0.2.3]}\n", 3},
+		{"one YAML record set", "name: a.example.org.\ntype: A\nrrdatas: [192.0.2.1]\n", 1},
+		{"one JSON record set", `{"kind": "dns#resourceRecordSet", "name": "a.example.org.", "type": "A", "rrdatas": ["192.0.2.1"]}`, 1},
+		{"a YAML list response", "kind: dns#resourceRecordSetsListResponse\nrrsets:\n- {name: a.example.org., type: A, rrdatas: [192.0.2.1]}\n", 1},
+		{"nothing", "", 0},
+	} {
+		rrs, _, _, err := parseRecordSets([]byte(tc.in), "rs.yaml")
+		if err != nil || len(rrs) != tc.records {
+			t.Errorf("%s: %d records, error %v; want %d", tc.name, len(rrs), err, tc.records)
+		}
+	}
+	for _, tc := range []struct{ in, err string }{
+		{"name: a.example.org.\ntype: A\nrrdatas: [192.0.2.1]\n---\nname: b.example.org.\ntype: A\nttl: thirty\nrrdatas: [192.0.2.2]\n",
+			"recordsets rs.yaml: record set b.example.org. A: json: cannot unmarshal string"}, // named by its name
+		{"name: a.example.org.\n---\nname: [\n", "recordsets rs.yaml: not JSON or YAML: document 2: "},
+		{"---\n42\n", "recordsets rs.yaml: want a list of record sets, an object with rrsets or one record set"},
+		{"type: A\nrrdatas: [192.0.2.1]\n", `name "" must be a fully qualified name`},
+	} {
+		if _, _, _, err := parseRecordSets([]byte(tc.in), "rs.yaml"); err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%q: error %v, want %q", tc.in, err, tc.err)
+		}
 	}
 }
 

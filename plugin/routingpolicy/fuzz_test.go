@@ -62,7 +62,7 @@ func formatData(items []dataItem) string {
 // (checkAnswer, R-ZONE-3). The committed corpus (testdata/fuzz/FuzzRecordSets) holds the shapes
 // that once panicked (more than 128 items), a loop through a policy, wildcards, cuts and DNAMEs.
 func FuzzRecordSets(f *testing.F) {
-	for _, name := range []string{"testdata/export.json", "testdata/export.yaml"} {
+	for _, name := range []string{"testdata/export.json", "testdata/export.yaml", "testdata/export-stream.yaml"} {
 		b, err := os.ReadFile(name)
 		if err != nil {
 			f.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/netip"
 	"path"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/miekg/dns"
+	yamlv2 "go.yaml.in/yaml/v2"
 	"sigs.k8s.io/yaml"
 )
 
@@ -121,32 +123,30 @@ func unknownFields(v any, kind, where string, out *[]string) {
 	}
 }
 
-// parseRecordSets reads a JSON array or YAML list of ResourceRecordSet objects (or an object
-// with an "rrsets" list, as the list call returns). Record sets without a routing policy are
-// plain records.
+// parseRecordSets reads ResourceRecordSet objects: a JSON array, an object with an "rrsets" list
+// (as the list call returns) or one record set; or the same in YAML, where a stream of documents
+// separated by "---" (as gcloud dns record-sets export and list --format=yaml write them, a record
+// set each) is read document by document. Record sets without a routing policy are plain records.
 func parseRecordSets(b []byte, file string) ([]dns.RR, []*setSpec, []string, error) {
-	js := b
-	trim := bytes.TrimSpace(b)
-	if len(trim) == 0 || (trim[0] != '[' && trim[0] != '{') {
-		j, err := yaml.YAMLToJSON(b)
-		if err != nil {
+	var docs [][]byte
+	if trim := bytes.TrimSpace(b); len(trim) > 0 && (trim[0] == '[' || trim[0] == '{') {
+		docs = [][]byte{b}
+	} else {
+		var err error
+		if docs, err = yamlDocuments(b); err != nil {
 			return nil, nil, nil, fmt.Errorf("recordsets %s: not JSON or YAML: %v", file, err)
 		}
-		js = j
 	}
 	var raw []json.RawMessage
-	if t := bytes.TrimSpace(js); len(t) > 0 && t[0] == '{' {
-		var wrap struct {
-			Rrsets []json.RawMessage `json:"rrsets"`
-		}
-		if err := json.Unmarshal(js, &wrap); err != nil {
+	for i, js := range docs {
+		sets, err := recordSetsOf(js)
+		if err != nil {
+			if len(docs) > 1 {
+				return nil, nil, nil, fmt.Errorf("recordsets %s: document %d: %v", file, i+1, err)
+			}
 			return nil, nil, nil, fmt.Errorf("recordsets %s: %v", file, err)
 		}
-		raw = wrap.Rrsets
-	} else if string(bytes.TrimSpace(js)) != "null" {
-		if err := json.Unmarshal(js, &raw); err != nil {
-			return nil, nil, nil, fmt.Errorf("recordsets %s: want a list of record sets: %v", file, err)
-		}
+		raw = append(raw, sets...)
 	}
 	var (
 		records []dns.RR
@@ -188,6 +188,62 @@ func parseRecordSets(b []byte, file string) ([]dns.RR, []*setSpec, []string, err
 		}
 	}
 	return records, sets, warns, nil
+}
+
+// recordSetsOf returns the record sets of one JSON document: a list of them, an object with an
+// "rrsets" list, or one record set; null is none.
+func recordSetsOf(js []byte) ([]json.RawMessage, error) {
+	trim := bytes.TrimSpace(js)
+	switch {
+	case string(trim) == "null":
+		return nil, nil
+	case len(trim) > 0 && trim[0] == '{':
+		var wrap map[string]json.RawMessage
+		if err := json.Unmarshal(trim, &wrap); err != nil {
+			return nil, err
+		}
+		list, ok := wrap["rrsets"]
+		if !ok {
+			return []json.RawMessage{trim}, nil // one record set
+		}
+		var raw []json.RawMessage
+		if err := json.Unmarshal(list, &raw); err != nil {
+			return nil, fmt.Errorf("rrsets: want a list of record sets: %v", err)
+		}
+		return raw, nil
+	}
+	var raw []json.RawMessage
+	if err := json.Unmarshal(trim, &raw); err != nil {
+		return nil, fmt.Errorf("want a list of record sets, an object with rrsets or one record set: %v", err)
+	}
+	return raw, nil
+}
+
+// yamlDocuments returns each document of a YAML stream as JSON, the empty ones left out.
+func yamlDocuments(b []byte) ([][]byte, error) {
+	dec := yamlv2.NewDecoder(bytes.NewReader(b))
+	var out [][]byte
+	for i := 1; ; i++ {
+		var doc any
+		if err := dec.Decode(&doc); err == io.EOF {
+			return out, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("document %d: %v", i, err)
+		}
+		if doc == nil {
+			continue
+		}
+		// Written again as YAML, the document alone, and read as sigs.k8s.io/yaml reads one.
+		y, err := yamlv2.Marshal(doc)
+		if err != nil {
+			return nil, fmt.Errorf("document %d: %v", i, err)
+		}
+		js, err := yaml.YAMLToJSON(y)
+		if err != nil {
+			return nil, fmt.Errorf("document %d: %v", i, err)
+		}
+		out = append(out, js)
+	}
 }
 
 // convert turns one API record set into plain records or a setSpec.
