@@ -205,3 +205,60 @@ func sortedNames(z *zone) []string {
 	slices.Sort(names)
 	return names
 }
+
+// maxOccludedNamed is how many hidden record sets one warning of warnOccluded names.
+const maxOccludedNamed = 5
+
+// warnOccluded logs, once per zone cut or DNAME, the record sets that no query is answered from
+// (R-ZONE-2): at or below a cut, where a referral answers, all but the cut's NS and DS sets and
+// the addresses of name servers (glue); below a DNAME owner, everything (RFC 6672 2.3: nothing may
+// exist there; a query is substituted). They load and are hidden, as in file, which says nothing.
+func (z *zone) warnOccluded() {
+	nsTargets := map[string]bool{}
+	for _, n := range z.names {
+		for _, rr := range n.plain(dns.TypeNS) {
+			nsTargets[canonicalName(rr.(*dns.NS).Ns)] = true
+		}
+	}
+	hidden := map[*node][]string{}
+	var guards []*node
+	for _, name := range sortedNames(z) {
+		n := z.names[name]
+		g := n.guard
+		if g == nil && n.cut != nil {
+			g = n
+		}
+		if g == nil {
+			continue
+		}
+		for _, s := range n.sets {
+			switch {
+			case g.cut != nil && n == g && (s.qtype == dns.TypeNS || s.qtype == dns.TypeDS):
+			case g.cut != nil && (s.qtype == dns.TypeA || s.qtype == dns.TypeAAAA) && nsTargets[name]:
+			default:
+				if hidden[g] == nil {
+					guards = append(guards, g)
+				}
+				hidden[g] = append(hidden[g], name+" "+dns.TypeToString[s.qtype])
+			}
+		}
+	}
+	slices.SortFunc(guards, func(a, b *node) int { return strings.Compare(a.name, b.name) })
+	for _, g := range guards {
+		sets, more := hidden[g], ""
+		if len(sets) > maxOccludedNamed {
+			sets, more = sets[:maxOccludedNamed], fmt.Sprintf(" and %d more", len(sets)-maxOccludedNamed)
+		}
+		count := fmt.Sprintf("%d record sets are", len(hidden[g]))
+		if len(hidden[g]) == 1 {
+			count = "1 record set is"
+		}
+		if g.cut != nil {
+			log.Warningf("Zone %s: %s at or below the zone cut %s and never answered (a referral is; only name servers' addresses serve, as glue): %s%s",
+				z.origin, count, g.name, strings.Join(sets, ", "), more)
+		} else {
+			log.Warningf("Zone %s: %s below the DNAME at %s and never answered (queries there are substituted; RFC 6672 2.3): %s%s",
+				z.origin, count, g.name, strings.Join(sets, ", "), more)
+		}
+	}
+}

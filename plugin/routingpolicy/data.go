@@ -248,6 +248,7 @@ func (z *zone) finish(d *data, now time.Time) error {
 	if err := z.checkLoops(); err != nil {
 		return err
 	}
+	z.warnOccluded()
 	z.nsGlue = pk(d.glue(z.ns.rrs, z.origin))
 	for _, n := range z.names {
 		if n.cut != nil {

@@ -724,6 +724,45 @@ func TestZoneRefusedWhereFileLoads(t *testing.T) {
 	}
 }
 
+// TestZoneOccludedDataWarnedRZone2: R-ZONE-2: data that loads but no query is answered from is
+// named in a warning at load, once per zone cut or DNAME: at or below a cut, what is neither the
+// cut's NS and DS sets nor a name server's address (glue); below a DNAME, everything. The answers
+// stay file's (a referral, a substitution); a zone without such data logs nothing of the kind.
+func TestZoneOccludedDataWarnedRZone2(t *testing.T) {
+	zf := filepath.Join(t.TempDir(), "db")
+	const head = "$ORIGIN example.org.\n$TTL 60\n@ SOA ns1 h 1 2 3 4 5\n@ NS ns1\nns1 A 192.0.2.1\n"
+	write := func(data string) {
+		if err := os.WriteFile(zf, []byte(head+data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("sub NS ns.sub\nsub DS 1 13 2 " + strings.Repeat("ab", 32) + "\nns.sub A 192.0.2.2\nns.sub AAAA 2001:db8::2\nsub TXT hidden\nwww.sub A 192.0.2.3\n" +
+		"a.b.sub MX 10 x\nc.sub TXT c\nd.sub TXT d\ne.sub TXT e\n" +
+		"dn DNAME example.net.\ndn TXT owner\nx.dn A 192.0.2.4\n")
+	logs := coretest.CaptureLog(t)
+	rp, _ := newTest(t, "routingpolicy example.org {\n zonefile "+zf+"\n}")
+	if got := logs.Lines("Zone example.org.: 6 record sets are at or below the zone cut sub.example.org. and never answered",
+		"a.b.sub.example.org. MX, c.sub.example.org. TXT, d.sub.example.org. TXT, e.sub.example.org. TXT, sub.example.org. TXT and 1 more"); len(got) != 1 {
+		t.Errorf("the cut's hidden data is not named once:\n%s", logs)
+	}
+	if got := logs.Lines("Zone example.org.: 1 record set is below the DNAME at dn.example.org. and never answered", "x.dn.example.org. A"); len(got) != 1 {
+		t.Errorf("the DNAME's hidden data is not named once:\n%s", logs)
+	}
+	if logs.Count("ns.sub") != 0 || logs.Count("dn.example.org. TXT") != 0 || logs.Count("never answered") != 2 {
+		t.Errorf("glue, the cut's DS or the DNAME owner's own data named as hidden:\n%s", logs)
+	}
+	if m := ask(t, rp, "www.sub.example.org.", dns.TypeA, "10.1.1.1"); m.Authoritative || len(m.Answer) != 0 || len(m.Ns) != 1 {
+		t.Errorf("www.sub: want the referral, got %v", m)
+	}
+
+	write("www A 192.0.2.5\nsub NS ns.sub\nns.sub A 192.0.2.2\n")
+	logs = coretest.CaptureLog(t)
+	newTest(t, "routingpolicy example.org {\n zonefile "+zf+"\n}")
+	if logs.Count("never answered") != 0 {
+		t.Errorf("a zone whose data is all answered warns:\n%s", logs)
+	}
+}
+
 // TestZoneNSEC3RefusedRZone3: R-ZONE-3 (types): NSEC3 and NSEC3PARAM records, which `file`
 // refuses too, are refused at load as the other signed data is, naming the record.
 func TestZoneNSEC3RefusedRZone3(t *testing.T) {
