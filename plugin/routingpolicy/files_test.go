@@ -137,7 +137,15 @@ func TestRecordSetsDocumentsRZone3(t *testing.T) {
 		{"one YAML record set", "name: a.example.org.\ntype: A\nrrdatas: [192.0.2.1]\n", 1},
 		{"one JSON record set", `{"kind": "dns#resourceRecordSet", "name": "a.example.org.", "type": "A", "rrdatas": ["192.0.2.1"]}`, 1},
 		{"a YAML list response", "kind: dns#resourceRecordSetsListResponse\nrrsets:\n- {name: a.example.org., type: A, rrdatas: [192.0.2.1]}\n", 1},
+		{"a list response that found nothing (no rrsets)", `{"kind": "dns#resourceRecordSetsListResponse", "header": {"operationId": "x"}}`, 0},
+		{"the same in YAML", "kind: dns#resourceRecordSetsListResponse\n", 0},
+		{"rrsets in another case, as encoding/json matches it", `{"Rrsets": [{"name": "a.example.org.", "type": "A", "rrdatas": ["192.0.2.1"]}]}`, 1},
+		{"a stream in flow style", "{name: a.example.org., type: A, rrdatas: [192.0.2.1]}\n---\n{name: b.example.org., type: A, rrdatas: [192.0.2.2]}\n", 2},
+		{"a directive before the first document", "%YAML 1.1\n# comment\n---\nname: a.example.org.\ntype: A\nrrdatas: [192.0.2.1]\n", 1},
+		{"a marker with content, CRLF line ends", "--- {name: a.example.org., type: A, rrdatas: [192.0.2.1]}\r\n--- {name: b.example.org., type: A, rrdatas: [192.0.2.2]}\r\n", 2},
+		{"a quoted key that looks like a merge (an unknown field)", `- {name: a.example.org., type: A, rrdatas: [192.0.2.1], "<<": x}` + "\n", 1},
 		{"nothing", "", 0},
+		{"comments only", "# nothing here\n", 0},
 	} {
 		rrs, _, _, err := parseRecordSets([]byte(tc.in), "rs.yaml")
 		if err != nil || len(rrs) != tc.records {
@@ -149,7 +157,13 @@ func TestRecordSetsDocumentsRZone3(t *testing.T) {
 			"recordsets rs.yaml: record set b.example.org. A: json: cannot unmarshal string"}, // named by its name
 		{"name: a.example.org.\n---\nname: [\n", "recordsets rs.yaml: not JSON or YAML: document 2: "},
 		{"---\n42\n", "recordsets rs.yaml: want a list of record sets, an object with rrsets or one record set"},
-		{"type: A\nrrdatas: [192.0.2.1]\n", `name "" must be a fully qualified name`},
+		{"type: A\nrrdatas: [192.0.2.1]\n", `recordsets rs.yaml: record set 0: name "" must be a fully qualified name`},
+		{"name: a.example.org.\ntype: A\nrrdatas: [192.0.2.1]\n---\n- {type: A, rrdatas: [192.0.2.2]}\n",
+			`recordsets rs.yaml: document 2, record set 0: name "" must be a fully qualified name`},
+		{"name: [\n", "recordsets rs.yaml: not JSON or YAML: yaml: line 1: "}, // one document: not numbered
+		{`[{"name": "a.example.org.", "type": "A",]`, "recordsets rs.yaml: not JSON (invalid character ']'"},
+		// What follows a document's end is read too (it was left out when only the first was read).
+		{"name: a.example.org.\ntype: A\nrrdatas: [192.0.2.1]\n...\ngarbage: [\n", "recordsets rs.yaml: not JSON or YAML: document 2: "},
 	} {
 		if _, _, _, err := parseRecordSets([]byte(tc.in), "rs.yaml"); err == nil || !strings.Contains(err.Error(), tc.err) {
 			t.Errorf("%q: error %v, want %q", tc.in, err, tc.err)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/netip"
 	"path"
 	"slices"
@@ -12,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/miekg/dns"
-	yamlv2 "go.yaml.in/yaml/v2"
 	"sigs.k8s.io/yaml"
 )
 
@@ -128,34 +126,39 @@ func unknownFields(v any, kind, where string, out *[]string) {
 // separated by "---" (as gcloud dns record-sets export and list --format=yaml write them, a record
 // set each) is read document by document. Record sets without a routing policy are plain records.
 func parseRecordSets(b []byte, file string) ([]dns.RR, []*setSpec, []string, error) {
-	var docs [][]byte
-	if trim := bytes.TrimSpace(b); len(trim) > 0 && (trim[0] == '[' || trim[0] == '{') {
-		docs = [][]byte{b}
-	} else {
-		var err error
-		if docs, err = yamlDocuments(b); err != nil {
-			return nil, nil, nil, fmt.Errorf("recordsets %s: not JSON or YAML: %v", file, err)
-		}
+	docs, err := documents(b)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("recordsets %s: %v", file, err)
 	}
-	var raw []json.RawMessage
-	for i, js := range docs {
+	type rawSet struct {
+		js    json.RawMessage
+		where string // for errors, when the record set has no name
+	}
+	var raw []rawSet
+	for d, js := range docs {
 		sets, err := recordSetsOf(js)
 		if err != nil {
 			if len(docs) > 1 {
-				return nil, nil, nil, fmt.Errorf("recordsets %s: document %d: %v", file, i+1, err)
+				return nil, nil, nil, fmt.Errorf("recordsets %s: document %d: %v", file, d+1, err)
 			}
 			return nil, nil, nil, fmt.Errorf("recordsets %s: %v", file, err)
 		}
-		raw = append(raw, sets...)
+		for i, r := range sets {
+			where := fmt.Sprintf("record set %d", i)
+			if len(docs) > 1 {
+				where = fmt.Sprintf("document %d, record set %d", d+1, i)
+			}
+			raw = append(raw, rawSet{r, where})
+		}
 	}
 	var (
 		records []dns.RR
 		sets    []*setSpec
 		warns   []string
 	)
-	for i, r := range raw {
+	for _, rw := range raw {
 		var rs apiRecordSet
-		where := fmt.Sprintf("record set %d", i)
+		r, where := rw.js, rw.where
 		var probe struct {
 			Name string `json:"name"`
 			Type string `json:"type"`
@@ -190,60 +193,109 @@ func parseRecordSets(b []byte, file string) ([]dns.RR, []*setSpec, []string, err
 	return records, sets, warns, nil
 }
 
+// documents returns the JSON of each document of b: b itself when it is JSON, else each
+// document of the YAML stream it is.
+func documents(b []byte) ([][]byte, error) {
+	trim := bytes.TrimSpace(b)
+	looksJSON := len(trim) > 0 && (trim[0] == '[' || trim[0] == '{')
+	if looksJSON && json.Valid(trim) {
+		return [][]byte{trim}, nil
+	}
+	chunks := yamlDocuments(b)
+	out := make([][]byte, 0, len(chunks))
+	for i, c := range chunks {
+		js, err := yaml.YAMLToJSON(c)
+		switch {
+		case err == nil:
+			out = append(out, js)
+		case looksJSON: // JSON with a mistake, or a YAML stream in flow style that has one
+			return nil, fmt.Errorf("not JSON (%v) nor YAML (%v)", json.Unmarshal(trim, new(any)), err)
+		case len(chunks) > 1:
+			return nil, fmt.Errorf("not JSON or YAML: document %d: %v", i+1, err)
+		default:
+			return nil, fmt.Errorf("not JSON or YAML: %v", err)
+		}
+	}
+	return out, nil
+}
+
+// yamlDocuments splits a YAML stream into its documents, as text, for sigs.k8s.io/yaml, which
+// reads one: a document starts at a line "---" (content may follow on it) and ends before the
+// next, or with a line "...". Such lines cannot be content (YAML 1.2, c-forbidden), so no parse
+// is needed. Comments and directives before a document's content stay with it; a stream of one
+// document is one piece, the whole of b.
+func yamlDocuments(b []byte) [][]byte {
+	var out [][]byte
+	start, begun := 0, false // begun: the current document has content, or its "---"
+	for i := 0; i < len(b); {
+		end := len(b)
+		if j := bytes.IndexByte(b[i:], '\n'); j >= 0 {
+			end = i + j + 1
+		}
+		line := b[i:end]
+		switch {
+		case isMarker(line, "---"):
+			if begun {
+				out, start = append(out, b[start:i]), i
+			}
+			begun = true
+		case isMarker(line, "..."):
+			out, start, begun = append(out, b[start:end]), end, false
+		case !begun:
+			t := bytes.TrimLeft(line, " \t\r\n\ufeff")
+			begun = len(t) > 0 && t[0] != '#' && t[0] != '%'
+		}
+		i = end
+	}
+	if begun || len(out) == 0 {
+		out = append(out, b[start:])
+	}
+	return out
+}
+
+// isMarker reports whether line is the document marker m ("---" or "..."), alone or followed by
+// white space.
+func isMarker(line []byte, m string) bool {
+	return bytes.HasPrefix(line, []byte(m)) && (len(line) == len(m) || strings.IndexByte(" \t\r\n", line[len(m)]) >= 0)
+}
+
+// listResponse is the kind of the list call's answer, whose empty list of record sets it leaves
+// out (`{"kind": "dns#resourceRecordSetsListResponse"}`).
+const listResponse = "dns#resourceRecordSetsListResponse"
+
 // recordSetsOf returns the record sets of one JSON document: a list of them, an object with an
-// "rrsets" list, or one record set; null is none.
+// "rrsets" list (any case, as encoding/json matches fields), the list call's answer without one
+// (none), or one record set; null is none.
 func recordSetsOf(js []byte) ([]json.RawMessage, error) {
 	trim := bytes.TrimSpace(js)
 	switch {
 	case string(trim) == "null":
 		return nil, nil
 	case len(trim) > 0 && trim[0] == '{':
-		var wrap map[string]json.RawMessage
-		if err := json.Unmarshal(trim, &wrap); err != nil {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(trim, &obj); err != nil {
 			return nil, err
 		}
-		list, ok := wrap["rrsets"]
-		if !ok {
-			return []json.RawMessage{trim}, nil // one record set
+		for k, list := range obj {
+			if strings.EqualFold(k, "rrsets") {
+				var raw []json.RawMessage
+				if err := json.Unmarshal(list, &raw); err != nil {
+					return nil, fmt.Errorf("rrsets: want a list of record sets: %v", err)
+				}
+				return raw, nil
+			}
 		}
-		var raw []json.RawMessage
-		if err := json.Unmarshal(list, &raw); err != nil {
-			return nil, fmt.Errorf("rrsets: want a list of record sets: %v", err)
+		var kind string
+		if json.Unmarshal(obj["kind"], &kind) == nil && kind == listResponse {
+			return nil, nil // the answer of a list call that found nothing
 		}
-		return raw, nil
+		return []json.RawMessage{trim}, nil // one record set
 	}
 	var raw []json.RawMessage
 	if err := json.Unmarshal(trim, &raw); err != nil {
 		return nil, fmt.Errorf("want a list of record sets, an object with rrsets or one record set: %v", err)
 	}
 	return raw, nil
-}
-
-// yamlDocuments returns each document of a YAML stream as JSON, the empty ones left out.
-func yamlDocuments(b []byte) ([][]byte, error) {
-	dec := yamlv2.NewDecoder(bytes.NewReader(b))
-	var out [][]byte
-	for i := 1; ; i++ {
-		var doc any
-		if err := dec.Decode(&doc); err == io.EOF {
-			return out, nil
-		} else if err != nil {
-			return nil, fmt.Errorf("document %d: %v", i, err)
-		}
-		if doc == nil {
-			continue
-		}
-		// Written again as YAML, the document alone, and read as sigs.k8s.io/yaml reads one.
-		y, err := yamlv2.Marshal(doc)
-		if err != nil {
-			return nil, fmt.Errorf("document %d: %v", i, err)
-		}
-		js, err := yaml.YAMLToJSON(y)
-		if err != nil {
-			return nil, fmt.Errorf("document %d: %v", i, err)
-		}
-		out = append(out, js)
-	}
 }
 
 // convert turns one API record set into plain records or a setSpec.
