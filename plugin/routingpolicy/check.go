@@ -206,24 +206,67 @@ func sortedNames(z *zone) []string {
 	return names
 }
 
-// maxOccludedNamed is how many hidden record sets one warning of warnOccluded names.
-const maxOccludedNamed = 5
+// maxOccludedNamed is how many hidden record sets one line of occludedWarnings names, and
+// maxOccludedLines how many zone cuts and DNAMEs of a zone get a line of their own.
+const (
+	maxOccludedNamed = 5
+	maxOccludedLines = 10
+)
 
-// warnOccluded logs, once per zone cut or DNAME, the record sets that no query is answered from
-// (R-ZONE-2): at or below a cut, where a referral answers, all but the cut's NS and DS sets and
-// the addresses of name servers (glue); below a DNAME owner, everything (RFC 6672 2.3: nothing may
-// exist there; a query is substituted). They load and are hidden, as in file, which says nothing.
-func (z *zone) warnOccluded() {
-	nsTargets := map[string]bool{}
-	for _, n := range z.names {
-		for _, rr := range n.plain(dns.TypeNS) {
-			nsTargets[canonicalName(rr.(*dns.NS).Ns)] = true
+// occludedWarnings returns the warnings, a line per zone cut or DNAME (ten a zone at most, then a
+// count), of the record sets that no query is answered from (R-ZONE-2): at or below a cut, where
+// a referral answers, all but the cut's NS and DS sets and what is served as glue or additional
+// data (the addresses of name servers, of MX and SRV targets); below a DNAME owner, all but what
+// is served as additional data (RFC 6672 2.3: nothing may exist there; a query is substituted).
+// They load and are hidden, as in file, which says nothing. Empty where nothing is hidden.
+func (d *data) occludedWarnings() []string {
+	served := map[string]bool{} // owner and type of the records served as glue or additional data
+	mark := func(p packed) {
+		for _, rr := range p.rrs {
+			served[rr.Header().Name+" "+dns.TypeToString[rr.Header().Rrtype]] = true
 		}
 	}
+	var out []string
+	for _, z := range d.zones {
+		guarded := false
+		for _, n := range z.names {
+			guarded = guarded || n.guard != nil || n.cut != nil
+		}
+		if !guarded {
+			continue
+		}
+		if len(served) == 0 {
+			for _, z := range d.zones {
+				z.eachExtra(mark)
+			}
+		}
+		out = append(out, z.occludedWarnings(served)...)
+	}
+	return out
+}
+
+// eachExtra calls f with every set of records the zone serves as glue or additional data.
+func (z *zone) eachExtra(f func(packed)) {
+	f(z.nsGlue)
+	for _, n := range z.names {
+		if n.cut != nil {
+			f(n.cut.glue)
+		}
+		for i := range n.sets {
+			f(n.sets[i].extra)
+			for q := n.sets[i].pol; q != nil; q = q.backup {
+				for j := range q.items {
+					f(q.items[j].extra)
+				}
+			}
+		}
+	}
+}
+
+func (z *zone) occludedWarnings(served map[string]bool) []string {
 	hidden := map[*node][]string{}
 	var guards []*node
-	for _, name := range sortedNames(z) {
-		n := z.names[name]
+	for name, n := range z.names {
 		g := n.guard
 		if g == nil && n.cut != nil {
 			g = n
@@ -232,33 +275,51 @@ func (z *zone) warnOccluded() {
 			continue
 		}
 		for _, s := range n.sets {
-			switch {
-			case g.cut != nil && n == g && (s.qtype == dns.TypeNS || s.qtype == dns.TypeDS):
-			case g.cut != nil && (s.qtype == dns.TypeA || s.qtype == dns.TypeAAAA) && nsTargets[name]:
-			default:
-				if hidden[g] == nil {
-					guards = append(guards, g)
-				}
-				hidden[g] = append(hidden[g], name+" "+dns.TypeToString[s.qtype])
+			set := name + " " + dns.TypeToString[s.qtype]
+			if served[set] || n == g && (s.qtype == dns.TypeNS || s.qtype == dns.TypeDS) {
+				continue
 			}
+			if hidden[g] == nil {
+				guards = append(guards, g)
+			}
+			hidden[g] = append(hidden[g], set)
 		}
 	}
 	slices.SortFunc(guards, func(a, b *node) int { return strings.Compare(a.name, b.name) })
-	for _, g := range guards {
-		sets, more := hidden[g], ""
-		if len(sets) > maxOccludedNamed {
-			sets, more = sets[:maxOccludedNamed], fmt.Sprintf(" and %d more", len(sets)-maxOccludedNamed)
+	var out []string
+	for i, g := range guards {
+		sets := hidden[g]
+		slices.Sort(sets)
+		if i == maxOccludedLines {
+			total := 0
+			for _, g := range guards[i:] {
+				total += len(hidden[g])
+			}
+			out = append(out, fmt.Sprintf("Zone %s: %d more zone cuts or DNAMEs hide %d record sets, never answered", z.origin, len(guards)-i, total))
+			break
 		}
-		count := fmt.Sprintf("%d record sets are", len(hidden[g]))
-		if len(hidden[g]) == 1 {
+		named, more := sets, ""
+		if len(sets) > maxOccludedNamed {
+			named, more = sets[:maxOccludedNamed], fmt.Sprintf(" and %d more", len(sets)-maxOccludedNamed)
+		}
+		count := fmt.Sprintf("%d record sets are", len(sets))
+		if len(sets) == 1 {
 			count = "1 record set is"
 		}
 		if g.cut != nil {
-			log.Warningf("Zone %s: %s at or below the zone cut %s and never answered (a referral is; only name servers' addresses serve, as glue): %s%s",
-				z.origin, count, g.name, strings.Join(sets, ", "), more)
+			out = append(out, fmt.Sprintf("Zone %s: %s at or below the zone cut %s and never answered (a referral is; only glue and additional data serve): %s%s",
+				z.origin, count, g.name, strings.Join(named, ", "), more))
 		} else {
-			log.Warningf("Zone %s: %s below the DNAME at %s and never answered (queries there are substituted; RFC 6672 2.3): %s%s",
-				z.origin, count, g.name, strings.Join(sets, ", "), more)
+			out = append(out, fmt.Sprintf("Zone %s: %s below the DNAME at %s and never answered (queries there are substituted; RFC 6672 2.3): %s%s",
+				z.origin, count, g.name, strings.Join(named, ", "), more))
 		}
+	}
+	return out
+}
+
+// logOccluded logs the warnings of occludedWarnings, when d is what the block serves.
+func (d *data) logOccluded() {
+	for _, w := range d.occluded {
+		log.Warning(w)
 	}
 }

@@ -160,6 +160,7 @@ func build(origins []string, loc *region.Locator, srcs []recordSource, sets []*s
 			return nil, err
 		}
 	}
+	d.occluded = d.occludedWarnings()
 	return d, nil
 }
 
@@ -248,7 +249,6 @@ func (z *zone) finish(d *data, now time.Time) error {
 	if err := z.checkLoops(); err != nil {
 		return err
 	}
-	z.warnOccluded()
 	z.nsGlue = pk(d.glue(z.ns.rrs, z.origin))
 	for _, n := range z.names {
 		if n.cut != nil {

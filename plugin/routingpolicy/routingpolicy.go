@@ -317,5 +317,6 @@ func (rp *RoutingPolicy) reloadIfChanged(now time.Time) bool {
 	}
 	reloadsTotal.WithLabelValues(zone, "success").Inc()
 	log.Infof("Reloaded %v: %d policy record sets", rp.cfg.Zones, len(d.policies))
+	d.logOccluded()
 	return true
 }

@@ -55,6 +55,7 @@ func setup(c *caddy.Controller) error {
 		if err := d.checkChecks(demand); err != nil {
 			return plugin.Error("routingpolicy", err)
 		}
+		d.logOccluded()
 		rp := New(cfg, d)
 		rp.demand = demand
 		rp.gen = lifecycle.Generation(c)

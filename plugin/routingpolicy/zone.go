@@ -102,6 +102,7 @@ type data struct {
 	zones    []*zone
 	policies []*policy
 	stamps   [2]fileStamp // of the zone file and record-set file it was read from (Config.load)
+	occluded []string     // warnings of the data that zone cuts and DNAMEs hide, logged once d is served
 }
 
 // match returns the zone qname (lower case, fully qualified) belongs to, the longest origin

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/plugin/file"
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/pkg/fall"
@@ -733,40 +734,84 @@ func TestZoneRefusedWhereFileLoads(t *testing.T) {
 }
 
 // TestZoneOccludedDataWarnedRZone2: R-ZONE-2: data that loads but no query is answered from is
-// named in a warning at load, once per zone cut or DNAME: at or below a cut, what is neither the
-// cut's NS and DS sets nor a name server's address (glue); below a DNAME, everything. The answers
-// stay file's (a referral, a substitution); a zone without such data logs nothing of the kind.
+// named in a warning, a line per zone cut or DNAME, logged when the data is served (setup, a
+// reload that succeeds; not a refused one): at or below a cut, what is neither the cut's NS and DS
+// sets nor served as glue or additional data; below a DNAME, what is not served as additional
+// data. The answers stay file's (a referral, a substitution); a zone whose data is all answered
+// logs nothing of the kind.
 func TestZoneOccludedDataWarnedRZone2(t *testing.T) {
 	zf := filepath.Join(t.TempDir(), "db")
 	const head = "$ORIGIN example.org.\n$TTL 60\n@ SOA ns1 h 1 2 3 4 5\n@ NS ns1\nns1 A 192.0.2.1\n"
+	version := 0
 	write := func(data string) {
+		version++
 		if err := os.WriteFile(zf, []byte(head+data), 0o600); err != nil {
 			t.Fatal(err)
 		}
+		when := fixedNow.Add(time.Duration(version) * time.Second)
+		if err := os.Chtimes(zf, when, when); err != nil {
+			t.Fatal(err)
+		}
 	}
-	write("sub NS ns.sub\nsub DS 1 13 2 " + strings.Repeat("ab", 32) + "\nns.sub A 192.0.2.2\nns.sub AAAA 2001:db8::2\nsub TXT hidden\nwww.sub A 192.0.2.3\n" +
+	const hiding = "sub NS ns.sub\nsub DS 1 13 2 abababababababababababababababababababababababababababababababab\n" +
+		"ns.sub A 192.0.2.2\nns.sub AAAA 2001:db8::2\nsub TXT hidden\nwww.sub A 192.0.2.3\n" +
 		"a.b.sub MX 10 x\nc.sub TXT c\nd.sub TXT d\ne.sub TXT e\n" +
-		"dn DNAME example.net.\ndn TXT owner\nx.dn A 192.0.2.4\n")
+		"@ MX 10 mail.sub\nmail.sub A 192.0.2.9\n" + // an MX target below the cut: additional data
+		"a NS ns.b\nb NS ns.example.net.\nns.b A 192.0.2.10\n" + // ns.b is no cut's glue (not below a)
+		"dn DNAME example.net.\ndn TXT owner\nx.dn A 192.0.2.4\n"
+	write(hiding)
+	block := "routingpolicy example.org {\n reload 0\n zonefile " + zf + "\n}"
+
 	logs := coretest.CaptureLog(t)
-	rp, _ := newTest(t, "routingpolicy example.org {\n zonefile "+zf+"\n}")
-	if got := logs.Lines("Zone example.org.: 6 record sets are at or below the zone cut sub.example.org. and never answered",
-		"a.b.sub.example.org. MX, c.sub.example.org. TXT, d.sub.example.org. TXT, e.sub.example.org. TXT, sub.example.org. TXT and 1 more"); len(got) != 1 {
-		t.Errorf("the cut's hidden data is not named once:\n%s", logs)
+	if err := setup(caddy.NewTestController("dns", block)); err != nil {
+		t.Fatal(err)
 	}
-	if got := logs.Lines("Zone example.org.: 1 record set is below the DNAME at dn.example.org. and never answered", "x.dn.example.org. A"); len(got) != 1 {
-		t.Errorf("the DNAME's hidden data is not named once:\n%s", logs)
+	want := []string{
+		"Zone example.org.: 1 record set is at or below the zone cut b.example.org. and never answered (a referral is; only glue and additional data serve): ns.b.example.org. A",
+		"Zone example.org.: 1 record set is below the DNAME at dn.example.org. and never answered (queries there are substituted; RFC 6672 2.3): x.dn.example.org. A",
+		"Zone example.org.: 6 record sets are at or below the zone cut sub.example.org. and never answered (a referral is; only glue and additional data serve): " +
+			"a.b.sub.example.org. MX, c.sub.example.org. TXT, d.sub.example.org. TXT, e.sub.example.org. TXT, sub.example.org. TXT and 1 more",
 	}
-	if logs.Count("ns.sub") != 0 || logs.Count("dn.example.org. TXT") != 0 || logs.Count("never answered") != 2 {
-		t.Errorf("glue, the cut's DS or the DNAME owner's own data named as hidden:\n%s", logs)
+	for _, w := range want {
+		if logs.Count(w) != 1 {
+			t.Errorf("setup does not log once %q:\n%s", w, logs)
+		}
 	}
+	if n := logs.Count("never answered"); n != len(want) {
+		t.Errorf("setup logs %d lines of hidden data, want %d (glue, additional data, a cut's DS, a DNAME owner's own data named?):\n%s", n, len(want), logs)
+	}
+
+	rp, _ := newTest(t, block)
 	if m := ask(t, rp, "www.sub.example.org.", dns.TypeA, "10.1.1.1"); m.Authoritative || len(m.Answer) != 0 || len(m.Ns) != 1 {
 		t.Errorf("www.sub: want the referral, got %v", m)
 	}
-
+	if m := ask(t, rp, "example.org.", dns.TypeMX, "10.1.1.1"); len(m.Extra) == 0 || !strings.Contains(m.Extra[0].String(), "mail.sub.example.org.") {
+		t.Errorf("the MX target below the cut is not the additional data it was not warned for: %v", m.Extra)
+	}
+	// A refused reload logs its error, not the hidden data; one that succeeds logs it again.
+	logs = coretest.CaptureLog(t)
+	write(hiding + "loop CNAME loop\n")
+	if rp.reloadIfChanged(fixedNow) || logs.Count("never answered") != 0 {
+		t.Errorf("a refused reload logged the hidden data:\n%s", logs)
+	}
+	write(hiding)
+	if !rp.reloadIfChanged(fixedNow) || logs.Count("never answered") != len(want) {
+		t.Errorf("a reload logged %d lines of hidden data, want %d:\n%s", logs.Count("never answered"), len(want), logs)
+	}
+	// Many cuts: ten lines, then a count.
+	var many strings.Builder
+	for i := range 12 {
+		fmt.Fprintf(&many, "c%02d NS ns.example.net.\nx.c%02d TXT x\n", i, i)
+	}
+	write(many.String())
+	logs = coretest.CaptureLog(t)
+	if !rp.reloadIfChanged(fixedNow) || logs.Count("never answered") != 11 || logs.Count("Zone example.org.: 2 more zone cuts or DNAMEs hide 2 record sets, never answered") != 1 {
+		t.Errorf("twelve cuts hiding data: want ten lines and a count:\n%s", logs)
+	}
+	// Nothing hidden: nothing logged.
 	write("www A 192.0.2.5\nsub NS ns.sub\nns.sub A 192.0.2.2\n")
 	logs = coretest.CaptureLog(t)
-	newTest(t, "routingpolicy example.org {\n zonefile "+zf+"\n}")
-	if logs.Count("never answered") != 0 {
+	if !rp.reloadIfChanged(fixedNow) || logs.Count("never answered") != 0 {
 		t.Errorf("a zone whose data is all answered warns:\n%s", logs)
 	}
 }
