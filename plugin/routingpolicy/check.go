@@ -220,10 +220,10 @@ const (
 // is served as additional data (RFC 6672 2.3: nothing may exist there; a query is substituted).
 // They load and are hidden, as in file, which says nothing. Empty where nothing is hidden.
 func (d *data) occludedWarnings() []string {
-	served := map[string]bool{} // owner and type of the records served as glue or additional data
+	var served map[string]bool // owner and type of the records served as glue or additional data
 	mark := func(p packed) {
 		for _, rr := range p.rrs {
-			served[rr.Header().Name+" "+dns.TypeToString[rr.Header().Rrtype]] = true
+			served[rr.Header().Name+" "+dns.Type(rr.Header().Rrtype).String()] = true
 		}
 	}
 	var out []string
@@ -235,7 +235,8 @@ func (d *data) occludedWarnings() []string {
 		if !guarded {
 			continue
 		}
-		if len(served) == 0 {
+		if served == nil {
+			served = map[string]bool{}
 			for _, z := range d.zones {
 				z.eachExtra(mark)
 			}
@@ -245,12 +246,19 @@ func (d *data) occludedWarnings() []string {
 	return out
 }
 
-// eachExtra calls f with every set of records the zone serves as glue or additional data.
+// eachExtra calls f with every set of records the zone serves as glue or additional data: the
+// apex NS set's glue, each zone cut's glue (a cut below a cut or a DNAME is never asked), and
+// the additional data of the record sets that are answered (not those at or below a cut or a
+// DNAME).
 func (z *zone) eachExtra(f func(packed)) {
 	f(z.nsGlue)
 	for _, n := range z.names {
+		if n.guard != nil {
+			continue
+		}
 		if n.cut != nil {
 			f(n.cut.glue)
+			continue
 		}
 		for i := range n.sets {
 			f(n.sets[i].extra)
@@ -275,7 +283,7 @@ func (z *zone) occludedWarnings(served map[string]bool) []string {
 			continue
 		}
 		for _, s := range n.sets {
-			set := name + " " + dns.TypeToString[s.qtype]
+			set := name + " " + dns.Type(s.qtype).String()
 			if served[set] || n == g && (s.qtype == dns.TypeNS || s.qtype == dns.TypeDS) {
 				continue
 			}

@@ -146,6 +146,9 @@ func TestRecordSetsDocumentsRZone3(t *testing.T) {
 		{"a quoted key that looks like a merge (an unknown field)", `- {name: a.example.org., type: A, rrdatas: [192.0.2.1], "<<": x}` + "\n", 1},
 		{"nothing", "", 0},
 		{"comments only", "# nothing here\n", 0},
+		{"an empty object", "{}", 0},
+		{"CR line ends", "name: a.example.org.\rtype: A\r" + "rrdatas: [192.0.2.1]\r---\rname: b.example.org.\rtype: A\r" + "rrdatas: [192.0.2.2]\r", 2},
+		{"NEL, LS and PS line breaks (go-yaml's, YAML 1.1)", "name: a.example.org.\ntype: A\nrrdatas: [192.0.2.1]\n---\u0085name: b.example.org.\u2028type: A\u2029rrdatas: [192.0.2.2]\n", 2},
 	} {
 		rrs, _, _, err := parseRecordSets([]byte(tc.in), "rs.yaml")
 		if err != nil || len(rrs) != tc.records {
@@ -161,6 +164,8 @@ func TestRecordSetsDocumentsRZone3(t *testing.T) {
 		{"name: a.example.org.\ntype: A\nrrdatas: [192.0.2.1]\n---\n- {type: A, rrdatas: [192.0.2.2]}\n",
 			`recordsets rs.yaml: document 2, record set 0: name "" must be a fully qualified name`},
 		{"name: [\n", "recordsets rs.yaml: not JSON or YAML: yaml: line 1: "}, // one document: not numbered
+		{"kind: dns#changesListResponse\nchanges: []\n", `recordsets rs.yaml: an object that is neither a record set (name, type) nor a list of them (rrsets): kind "dns#changesListResponse"`},
+		{`{"rrsets": [], "RRSETS": []}`, "recordsets rs.yaml: rrsets given twice"},
 		{`[{"name": "a.example.org.", "type": "A",]`, "recordsets rs.yaml: not JSON (invalid character ']'"},
 		// What follows a document's end is read too (it was left out when only the first was read).
 		{"name: a.example.org.\ntype: A\nrrdatas: [192.0.2.1]\n...\ngarbage: [\n", "recordsets rs.yaml: not JSON or YAML: document 2: "},

@@ -222,16 +222,14 @@ func documents(b []byte) ([][]byte, error) {
 // yamlDocuments splits a YAML stream into its documents, as text, for sigs.k8s.io/yaml, which
 // reads one: a document starts at a line "---" (content may follow on it) and ends before the
 // next, or with a line "...". Such lines cannot be content (YAML 1.2, c-forbidden), so no parse
-// is needed. Comments and directives before a document's content stay with it; a stream of one
-// document is one piece, the whole of b.
+// is needed. Lines end as go-yaml ends them: LF, CR LF, CR, and NEL, LS, PS (YAML 1.1).
+// Comments and directives before a document's content stay with it; a stream of one document is
+// one piece, the whole of b.
 func yamlDocuments(b []byte) [][]byte {
 	var out [][]byte
 	start, begun := 0, false // begun: the current document has content, or its "---"
 	for i := 0; i < len(b); {
-		end := len(b)
-		if j := bytes.IndexByte(b[i:], '\n'); j >= 0 {
-			end = i + j + 1
-		}
+		end := lineEnd(b, i)
 		line := b[i:end]
 		switch {
 		case isMarker(line, "---"):
@@ -242,7 +240,7 @@ func yamlDocuments(b []byte) [][]byte {
 		case isMarker(line, "..."):
 			out, start, begun = append(out, b[start:end]), end, false
 		case !begun:
-			t := bytes.TrimLeft(line, " \t\r\n\ufeff")
+			t := bytes.TrimLeft(line, " \t\r\n\ufeff\u0085\u2028\u2029")
 			begun = len(t) > 0 && t[0] != '#' && t[0] != '%'
 		}
 		i = end
@@ -253,10 +251,47 @@ func yamlDocuments(b []byte) [][]byte {
 	return out
 }
 
+// lineBreaks are the line breaks of go-yaml: LF and CR, and NEL, LS and PS.
+var lineBreaks = []string{"\n", "\r", "\u0085", "\u2028", "\u2029"}
+
+// lineEnd returns where the line that starts at i ends, after its line break.
+func lineEnd(b []byte, i int) int {
+	for j := i; j < len(b); j++ {
+		switch c := b[j]; {
+		case c == '\n':
+			return j + 1
+		case c == '\r':
+			if j+1 < len(b) && b[j+1] == '\n' {
+				return j + 2
+			}
+			return j + 1
+		case c == 0xc2 || c == 0xe2:
+			for _, lb := range lineBreaks[2:] {
+				if bytes.HasPrefix(b[j:], []byte(lb)) {
+					return j + len(lb)
+				}
+			}
+		}
+	}
+	return len(b)
+}
+
 // isMarker reports whether line is the document marker m ("---" or "..."), alone or followed by
-// white space.
+// white space or its line break.
 func isMarker(line []byte, m string) bool {
-	return bytes.HasPrefix(line, []byte(m)) && (len(line) == len(m) || strings.IndexByte(" \t\r\n", line[len(m)]) >= 0)
+	if !bytes.HasPrefix(line, []byte(m)) {
+		return false
+	}
+	rest := line[len(m):]
+	if len(rest) == 0 || rest[0] == ' ' || rest[0] == '\t' {
+		return true
+	}
+	for _, lb := range lineBreaks {
+		if bytes.HasPrefix(rest, []byte(lb)) {
+			return true
+		}
+	}
+	return false
 }
 
 // listResponse is the kind of the list call's answer, whose empty list of record sets it leaves
@@ -264,8 +299,9 @@ func isMarker(line []byte, m string) bool {
 const listResponse = "dns#resourceRecordSetsListResponse"
 
 // recordSetsOf returns the record sets of one JSON document: a list of them, an object with an
-// "rrsets" list (any case, as encoding/json matches fields), the list call's answer without one
-// (none), or one record set; null is none.
+// "rrsets" list (any case, as encoding/json matches fields), one record set (an object with a name
+// or a type); none for null, {} and the list call's answer without rrsets; an error for another
+// object (another kind of resource).
 func recordSetsOf(js []byte) ([]json.RawMessage, error) {
 	trim := bytes.TrimSpace(js)
 	switch {
@@ -276,20 +312,33 @@ func recordSetsOf(js []byte) ([]json.RawMessage, error) {
 		if err := json.Unmarshal(trim, &obj); err != nil {
 			return nil, err
 		}
-		for k, list := range obj {
+		var list json.RawMessage
+		for k, v := range obj {
 			if strings.EqualFold(k, "rrsets") {
-				var raw []json.RawMessage
-				if err := json.Unmarshal(list, &raw); err != nil {
-					return nil, fmt.Errorf("rrsets: want a list of record sets: %v", err)
+				if list != nil {
+					return nil, fmt.Errorf("rrsets given twice")
 				}
-				return raw, nil
+				list = v
+			}
+		}
+		if list != nil {
+			var raw []json.RawMessage
+			if err := json.Unmarshal(list, &raw); err != nil {
+				return nil, fmt.Errorf("rrsets: want a list of record sets: %v", err)
+			}
+			return raw, nil
+		}
+		for k := range obj {
+			if strings.EqualFold(k, "name") || strings.EqualFold(k, "type") {
+				return []json.RawMessage{trim}, nil // one record set
 			}
 		}
 		var kind string
-		if json.Unmarshal(obj["kind"], &kind) == nil && kind == listResponse {
-			return nil, nil // the answer of a list call that found nothing
+		_ = json.Unmarshal(obj["kind"], &kind)
+		if len(obj) == 0 || kind == listResponse {
+			return nil, nil // nothing, or the answer of a list call that found nothing
 		}
-		return []json.RawMessage{trim}, nil // one record set
+		return nil, fmt.Errorf("an object that is neither a record set (name, type) nor a list of them (rrsets): kind %q", kind)
 	}
 	var raw []json.RawMessage
 	if err := json.Unmarshal(trim, &raw); err != nil {

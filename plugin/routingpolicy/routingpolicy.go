@@ -222,6 +222,7 @@ func (rp *RoutingPolicy) OnStartup(conf *dnsserver.Config) error {
 		}
 	}
 	rp.held = d.declare(rp.demand, rp.gen)
+	d.logOccluded() // the data is served from now on
 	zoneSeries.Hold(rp.cfg.Zones[0])
 	rp.started = true
 	if rp.cfg.Reload > 0 && (rp.cfg.ZoneFile != "" || rp.cfg.RecordSets != "") {
@@ -317,6 +318,8 @@ func (rp *RoutingPolicy) reloadIfChanged(now time.Time) bool {
 	}
 	reloadsTotal.WithLabelValues(zone, "success").Inc()
 	log.Infof("Reloaded %v: %d policy record sets", rp.cfg.Zones, len(d.policies))
-	d.logOccluded()
+	if rp.started {
+		d.logOccluded() // else OnStartup does, once it has checked the data
+	}
 	return true
 }

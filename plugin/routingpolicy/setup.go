@@ -55,7 +55,6 @@ func setup(c *caddy.Controller) error {
 		if err := d.checkChecks(demand); err != nil {
 			return plugin.Error("routingpolicy", err)
 		}
-		d.logOccluded()
 		rp := New(cfg, d)
 		rp.demand = demand
 		rp.gen = lifecycle.Generation(c)

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/file"
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/pkg/fall"
@@ -763,9 +765,7 @@ func TestZoneOccludedDataWarnedRZone2(t *testing.T) {
 	block := "routingpolicy example.org {\n reload 0\n zonefile " + zf + "\n}"
 
 	logs := coretest.CaptureLog(t)
-	if err := setup(caddy.NewTestController("dns", block)); err != nil {
-		t.Fatal(err)
-	}
+	rp, _ := newTest(t, block) // OnStartup logs it, once the data is served
 	want := []string{
 		"Zone example.org.: 1 record set is at or below the zone cut b.example.org. and never answered (a referral is; only glue and additional data serve): ns.b.example.org. A",
 		"Zone example.org.: 1 record set is below the DNAME at dn.example.org. and never answered (queries there are substituted; RFC 6672 2.3): x.dn.example.org. A",
@@ -774,14 +774,13 @@ func TestZoneOccludedDataWarnedRZone2(t *testing.T) {
 	}
 	for _, w := range want {
 		if logs.Count(w) != 1 {
-			t.Errorf("setup does not log once %q:\n%s", w, logs)
+			t.Errorf("startup does not log once %q:\n%s", w, logs)
 		}
 	}
 	if n := logs.Count("never answered"); n != len(want) {
-		t.Errorf("setup logs %d lines of hidden data, want %d (glue, additional data, a cut's DS, a DNAME owner's own data named?):\n%s", n, len(want), logs)
+		t.Errorf("startup logs %d lines of hidden data, want %d (glue, additional data, a cut's DS, a DNAME owner's own data named?):\n%s", n, len(want), logs)
 	}
 
-	rp, _ := newTest(t, block)
 	if m := ask(t, rp, "www.sub.example.org.", dns.TypeA, "10.1.1.1"); m.Authoritative || len(m.Answer) != 0 || len(m.Ns) != 1 {
 		t.Errorf("www.sub: want the referral, got %v", m)
 	}
@@ -808,11 +807,58 @@ func TestZoneOccludedDataWarnedRZone2(t *testing.T) {
 	if !rp.reloadIfChanged(fixedNow) || logs.Count("never answered") != 11 || logs.Count("Zone example.org.: 2 more zone cuts or DNAMEs hide 2 record sets, never answered") != 1 {
 		t.Errorf("twelve cuts hiding data: want ten lines and a count:\n%s", logs)
 	}
+	// What a cut or DNAME hides hides the glue and additional data of its own record sets too.
+	write("sub NS ns.example.net.\nm.sub MX 10 mx.sub\nmx.sub A 192.0.2.6\ndeep.sub NS ns.deep.sub\nns.deep.sub A 192.0.2.7\n" +
+		"dn DNAME example.net.\nc.dn NS ns.c.dn\nns.c.dn A 192.0.2.8\n")
+	logs = coretest.CaptureLog(t)
+	if !rp.reloadIfChanged(fixedNow) ||
+		logs.Count("4 record sets are at or below the zone cut sub.example.org.", "deep.sub.example.org. NS, m.sub.example.org. MX, mx.sub.example.org. A, ns.deep.sub.example.org. A") != 1 ||
+		logs.Count("2 record sets are below the DNAME at dn.example.org.", "c.dn.example.org. NS, ns.c.dn.example.org. A") != 1 {
+		t.Errorf("the glue and additional data of hidden record sets are not named as hidden:\n%s", logs)
+	}
 	// Nothing hidden: nothing logged.
 	write("www A 192.0.2.5\nsub NS ns.sub\nns.sub A 192.0.2.2\n")
 	logs = coretest.CaptureLog(t)
 	if !rp.reloadIfChanged(fixedNow) || logs.Count("never answered") != 0 {
 		t.Errorf("a zone whose data is all answered warns:\n%s", logs)
+	}
+}
+
+// TestZoneOccludedDataNotLoggedWhenRefusedRZone2: R-ZONE-2: data that startup refuses (here a
+// policy on a name outbound forwards) logs its error, not the data it would have hidden.
+func TestZoneOccludedDataNotLoggedWhenRefusedRZone2(t *testing.T) {
+	cfgs, err := parse(caddy.NewTestController("dns", `routingpolicy example.org {
+		region us-east1
+		record sub NS 60 ns.example.net.
+		record www.sub TXT 60 hidden
+		geo db.corp A 30 "us-east1=10.0.0.53"
+	}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := cfgs[0].load(fixedNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.occluded) != 1 {
+		t.Fatalf("hidden data: %q, want one line", d.occluded)
+	}
+	rp := New(cfgs[0], d)
+	rp.board = health.NewBoard(countingClock())
+	conf := &dnsserver.Config{Zone: "example.org.", Port: "53"}
+	conf.AddPlugin(func(plugin.Handler) plugin.Handler { return rp })
+	conf.AddPlugin(func(next plugin.Handler) plugin.Handler {
+		return &outboundStub{stub: stub{name: "outbound", next: next}, zone: "corp.example.org."}
+	})
+	if _, err := dnsserver.NewServer("dns://:53", []*dnsserver.Config{conf}); err != nil {
+		t.Fatal(err)
+	}
+	logs := coretest.CaptureLog(t)
+	if err := rp.OnStartup(conf); err == nil || !strings.Contains(err.Error(), "which outbound forwards") {
+		t.Fatalf("startup: %v, want the forwarded name refused", err)
+	}
+	if logs.Count("never answered") != 0 {
+		t.Errorf("refused data logged what it hides:\n%s", logs)
 	}
 }
 
