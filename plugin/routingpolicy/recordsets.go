@@ -257,15 +257,15 @@ var lineBreaks = []string{"\n", "\r", "\u0085", "\u2028", "\u2029"}
 // lineEnd returns where the line that starts at i ends, after its line break.
 func lineEnd(b []byte, i int) int {
 	for j := i; j < len(b); j++ {
-		switch c := b[j]; {
-		case c == '\n':
+		switch b[j] {
+		case '\n':
 			return j + 1
-		case c == '\r':
+		case '\r':
 			if j+1 < len(b) && b[j+1] == '\n' {
 				return j + 2
 			}
 			return j + 1
-		case c == 0xc2 || c == 0xe2:
+		case 0xc2, 0xe2:
 			for _, lb := range lineBreaks[2:] {
 				if bytes.HasPrefix(b[j:], []byte(lb)) {
 					return j + len(lb)
