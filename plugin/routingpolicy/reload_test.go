@@ -185,22 +185,44 @@ type outboundStub struct {
 
 func (o *outboundStub) Forwards(name string) bool { return dns.IsSubDomain(o.zone, name) }
 
+// startBesideOutbound starts rp (with a board of its own) in a server block whose chain has
+// outbound after it, forwarding the names under forwarded, and returns what OnStartup returns.
+func startBesideOutbound(t *testing.T, rp *RoutingPolicy, forwarded string) error {
+	t.Helper()
+	rp.board = health.NewBoard(countingClock())
+	conf := &dnsserver.Config{Zone: "example.org.", Port: "53"}
+	conf.AddPlugin(func(plugin.Handler) plugin.Handler { return rp })
+	conf.AddPlugin(func(next plugin.Handler) plugin.Handler {
+		return &outboundStub{stub: stub{name: "outbound", next: next}, zone: forwarded}
+	})
+	if _, err := dnsserver.NewServer("dns://:53", []*dnsserver.Config{conf}); err != nil {
+		t.Fatal(err)
+	}
+	return rp.OnStartup(conf)
+}
+
+// versionWriter returns a function that writes body to f as its version: modification time
+// fixedNow + version seconds, so each version is a change the reload check sees.
+func versionWriter(t *testing.T, f string) func(body string, version int) {
+	return func(body string, version int) {
+		t.Helper()
+		if err := os.WriteFile(f, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		when := fixedNow.Add(time.Duration(version) * time.Second)
+		if err := os.Chtimes(f, when, when); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // R-ZONE-3 (regression): a policy on a name that outbound forwards in the same server block is
 // refused on a file reload as it is at startup; the reload keeps the last good data and logs why.
 // The reload checked R-SEC-1 and the checks' names, not this: it served the policy.
 func TestFileReloadRefusesForwardedNameRZone3(t *testing.T) {
 	write, cfg, d := loadRecordSetsFile(t, "- {name: www.example.org., type: A, rrdatas: [10.0.0.1]}\n")
 	rp := New(cfg, d)
-	rp.board = health.NewBoard(countingClock())
-	conf := &dnsserver.Config{Zone: "example.org.", Port: "53"}
-	conf.AddPlugin(func(plugin.Handler) plugin.Handler { return rp })
-	conf.AddPlugin(func(next plugin.Handler) plugin.Handler {
-		return &outboundStub{stub: stub{name: "outbound", next: next}, zone: "corp.example.org."}
-	})
-	if _, err := dnsserver.NewServer("dns://:53", []*dnsserver.Config{conf}); err != nil {
-		t.Fatal(err)
-	}
-	if err := rp.OnStartup(conf); err != nil {
+	if err := startBesideOutbound(t, rp, "corp.example.org."); err != nil {
 		t.Fatal(err)
 	}
 	defer rp.OnShutdown()
@@ -258,16 +280,7 @@ func TestFileReloadSeesWriteDuringLoad(t *testing.T) {
 func loadRecordSetsFile(t *testing.T, body string) (write func(body string, version int), cfg *Config, d *data) {
 	t.Helper()
 	f := filepath.Join(t.TempDir(), "rs.yaml")
-	write = func(body string, version int) {
-		t.Helper()
-		if err := os.WriteFile(f, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		when := fixedNow.Add(time.Duration(version) * time.Second)
-		if err := os.Chtimes(f, when, when); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write = versionWriter(t, f)
 	write(body, 1)
 	cfgs, err := parse(caddy.NewTestController("dns", `routingpolicy example.org {
 		reload 0
@@ -324,16 +337,7 @@ func TestFileReloadRefusesWhatLoadRefusesRZone3(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := filepath.Join(t.TempDir(), "data")
-			write := func(body string, version int) {
-				t.Helper()
-				if err := os.WriteFile(f, []byte(body), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				when := fixedNow.Add(time.Duration(version) * time.Second)
-				if err := os.Chtimes(f, when, when); err != nil {
-					t.Fatal(err)
-				}
-			}
+			write := versionWriter(t, f)
 			write(tc.good, 1)
 			rp, _ := newTest(t, "routingpolicy example.org {\n reload 0\n "+tc.directive+" "+f+"\n"+coords.String()+"}")
 			logs := coretest.CaptureLog(t)

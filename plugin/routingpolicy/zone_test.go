@@ -15,8 +15,6 @@ import (
 	"time"
 
 	"github.com/coredns/caddy"
-	"github.com/coredns/coredns/core/dnsserver"
-	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/file"
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/pkg/fall"
@@ -744,16 +742,10 @@ func TestZoneRefusedWhereFileLoads(t *testing.T) {
 func TestZoneOccludedDataWarnedRZone2(t *testing.T) {
 	zf := filepath.Join(t.TempDir(), "db")
 	const head = "$ORIGIN example.org.\n$TTL 60\n@ SOA ns1 h 1 2 3 4 5\n@ NS ns1\nns1 A 192.0.2.1\n"
-	version := 0
+	version, writeVersion := 0, versionWriter(t, zf)
 	write := func(data string) {
 		version++
-		if err := os.WriteFile(zf, []byte(head+data), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		when := fixedNow.Add(time.Duration(version) * time.Second)
-		if err := os.Chtimes(zf, when, when); err != nil {
-			t.Fatal(err)
-		}
+		writeVersion(head+data, version)
 	}
 	const hiding = "sub NS ns.sub\nsub DS 1 13 2 abababababababababababababababababababababababababababababababab\n" +
 		"ns.sub A 192.0.2.2\nns.sub AAAA 2001:db8::2\nsub TXT hidden\nwww.sub A 192.0.2.3\n" +
@@ -843,18 +835,8 @@ func TestZoneOccludedDataNotLoggedWhenRefusedRZone2(t *testing.T) {
 	if len(d.occluded) != 1 {
 		t.Fatalf("hidden data: %q, want one line", d.occluded)
 	}
-	rp := New(cfgs[0], d)
-	rp.board = health.NewBoard(countingClock())
-	conf := &dnsserver.Config{Zone: "example.org.", Port: "53"}
-	conf.AddPlugin(func(plugin.Handler) plugin.Handler { return rp })
-	conf.AddPlugin(func(next plugin.Handler) plugin.Handler {
-		return &outboundStub{stub: stub{name: "outbound", next: next}, zone: "corp.example.org."}
-	})
-	if _, err := dnsserver.NewServer("dns://:53", []*dnsserver.Config{conf}); err != nil {
-		t.Fatal(err)
-	}
 	logs := coretest.CaptureLog(t)
-	if err := rp.OnStartup(conf); err == nil || !strings.Contains(err.Error(), "which outbound forwards") {
+	if err := startBesideOutbound(t, New(cfgs[0], d), "corp.example.org."); err == nil || !strings.Contains(err.Error(), "which outbound forwards") {
 		t.Fatalf("startup: %v, want the forwarded name refused", err)
 	}
 	if logs.Count("never answered") != 0 {
