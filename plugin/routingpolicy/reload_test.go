@@ -204,6 +204,7 @@ func startBesideOutbound(t *testing.T, rp *RoutingPolicy, forwarded string) erro
 // versionWriter returns a function that writes body to f as its version: modification time
 // fixedNow + version seconds, so each version is a change the reload check sees.
 func versionWriter(t *testing.T, f string) func(body string, version int) {
+	t.Helper()
 	return func(body string, version int) {
 		t.Helper()
 		if err := os.WriteFile(f, []byte(body), 0o644); err != nil {
