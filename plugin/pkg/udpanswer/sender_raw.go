@@ -24,8 +24,9 @@ import (
 // a closed socket is an error, not a write to a descriptor reused since. What this sender does
 // not make goes through the net package, with its result: a client address with an IPv6 zone, one
 // of the other family on an IPv4 socket, an unspecified address or a port out of range, an empty
-// answer, a connected socket. A failed send is the net package's error, word for word. (386 and s390x, where sendmsg is not a system call of its own before
-// Linux 4.3, send through the net package: sender_net.go.)
+// answer, a connected socket. A failed send is the net package's error, word for word. (386 and
+// s390x, where sendmsg is not a system call of its own before Linux 4.3, send through the net
+// package: sender_net.go.)
 type sender struct {
 	sock *net.UDPConn // the socket sk is of
 	sk   *socket
